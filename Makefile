@@ -1,0 +1,40 @@
+# mindflow: `make demo` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+export MINDFLOW_HOME ?= $(CURDIR)/data
+export DAGSTER_HOME ?= $(MINDFLOW_HOME)/dagster
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install demo test dev serve bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[test,openai]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/mindflow demo
+
+test: install
+	$(PY) -m pytest -q
+
+dev: install
+	$(VENV)/bin/mindflow init
+	$(VENV)/bin/dagster dev -w workspace.yaml
+
+serve: install
+	@echo "the read API arrives with the recall issue"; exit 1
+
+bench: install
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) data/mindflow.duckdb* data/lance data/inbox data/events data/dagster data/workspace

@@ -1,0 +1,62 @@
+"""Asset `decay_scores`: the relevance and status of every memory as of a day."""
+
+
+import dagster as dg
+
+from assets.partitions import daily
+from mindflow.decay import STATUSES, TYPE_WEIGHTS, DecayParams, run_decay
+from mindflow.models import utcnow
+from mindflow.resources import DuckDBResource
+
+
+@dg.asset(
+    partitions_def=daily,
+    deps=[dg.AssetDep("nodes", partition_mapping=dg.AllPartitionMapping())],
+    pool="duckdb",
+    group_name="decay",
+    kinds={"duckdb"},
+    code_version="1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            "scores_in_range",
+            asset="decay_scores",
+            blocking=True,
+            description="Every score lies in [0, 1.5 * the largest type weight].",
+        )
+    ],
+)
+def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+    """Decay relevance per memory: base * exp(-0.03 * days) * log2(accesses + 1) * type weight."""
+    end = context.partition_time_window.end.replace(tzinfo=None)
+    as_of = min(utcnow(), end)
+    params = DecayParams()
+    upper = params.cap * max(TYPE_WEIGHTS.values())
+    with duckdb.connect() as con:
+        report = run_decay(con, as_of, params)
+        out_of_range, histogram = con.execute(
+            "SELECT count(*) FILTER (WHERE score < 0 OR score > ?), "
+            "histogram(floor(score * 4) / 4) FROM decay_scores",
+            [upper],
+        ).fetchone()
+    bars = "\n".join(
+        f"| {bucket:.2f} | {'█' * max(1, round(40 * n / max(histogram.values())))} {n} |"
+        for bucket, n in sorted((histogram or {}).items())
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(report.statuses.values()),
+            "as_of": as_of.isoformat(timespec="seconds"),
+            "new": report.registered,
+            **{status: report.statuses.get(status, 0) for status in STATUSES},
+            **{f"became_{s}": n for s, n in report.transitions.items()},
+            "archived_now": report.transitions.get("archived", 0),
+            "score_histogram": dg.MetadataValue.md("| score ≥ | memories |\n|---|---|\n" + bars),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="scores_in_range",
+                passed=out_of_range == 0,
+                metadata={"out_of_range": out_of_range, "upper_bound": upper},
+            )
+        ],
+    )

@@ -1,0 +1,61 @@
+"""Asset `memories`: the LanceDB table recall serves, one row per active or dormant memory."""
+
+
+import dagster as dg
+
+from mindflow import lance
+from mindflow.memories import TABLE, desired_refs_sql, publish
+from mindflow.resources import DuckDBResource, LanceDBResource
+
+
+@dg.asset(
+    deps=[
+        dg.AssetDep("clusters", partition_mapping=dg.AllPartitionMapping()),
+        dg.AssetDep("decay_scores", partition_mapping=dg.AllPartitionMapping()),
+    ],
+    pool="duckdb",
+    group_name="recall",
+    kinds={"lancedb"},
+    code_version="1",
+    check_specs=[
+        dg.AssetCheckSpec(
+            "one_row_per_memory",
+            asset="memories",
+            blocking=True,
+            description="Every active or dormant memory has exactly one row in LanceDB, and nothing else does.",
+        )
+    ],
+)
+def memories(
+    context: dg.AssetExecutionContext, duckdb: DuckDBResource, lancedb: LanceDBResource
+) -> dg.MaterializeResult:
+    """Active and dormant memories with text, vector, status, importance, cluster and sources."""
+    db = lancedb.connect()
+    with duckdb.connect() as con:
+        report = publish(con, db)
+        wanted = {r[0] for r in con.execute(desired_refs_sql()).fetchall()}
+        per_being = dict(
+            con.execute(f"SELECT being_id, count(*) FROM ({desired_refs_sql()}) GROUP BY 1 ORDER BY 1").fetchall()
+        )
+    table = lance.open_table(db, TABLE)
+    counts = lance.count_by(table, "memory_ref", sorted(wanted)) if table is not None else {}
+    missing = sum(1 for ref in wanted if counts.get(ref, 0) == 0)
+    duplicated = sum(1 for n in counts.values() if n > 1)
+    extra = (report.rows - sum(counts.values())) if table is not None else 0
+    context.log.info(f"published {report.upserted} rows, removed {report.deleted}")
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": report.rows,
+            "upserted": report.upserted,
+            "deleted": report.deleted,
+            "table_version": report.version if report.version is not None else -1,
+            "per_being": dg.MetadataValue.json(per_being),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="one_row_per_memory",
+                passed=missing == 0 and duplicated == 0 and extra == 0,
+                metadata={"missing": missing, "duplicated": duplicated, "unexpected": extra},
+            )
+        ],
+    )

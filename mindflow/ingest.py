@@ -1,0 +1,539 @@
+"""Parse landed files (inbox JSONL, OpenClaw transcripts, daily Markdown notes) into episodes."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from mindflow.errors import MindflowError
+from mindflow.models import EPISODE_KINDS, Episode, ParseResult, QuarantinedLine, episode_hash_id
+
+FORMATS = ("jsonl", "openclaw", "daily-md")
+
+_ACCEPTED = (
+    "accepted formats: jsonl (*.jsonl inbox lines), openclaw (*.jsonl session transcripts), "
+    "daily-md (daily notes named YYYY-MM-DD.md)"
+)
+
+_DAILY_NAME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})\.md$", re.IGNORECASE)
+
+_OPENCLAW_TYPES = frozenset(
+    {"session", "message", "model_change", "thinking_level_change", "custom"}
+)
+
+# Keep-alive and liveness chatter: the OpenClaw heartbeat probe and its reply, the
+# "nothing to say" token, bare ping/pong and explicit probes. Remembering these would
+# fill memory with noise, so they are counted instead of stored.
+_HEARTBEAT_PATTERNS = (
+    re.compile(r"\bHEARTBEAT_OK[\s.!]*\Z"),
+    re.compile(r"\A(?=.*HEARTBEAT\.md)(?=.*HEARTBEAT_OK)", re.DOTALL),
+    re.compile(r"\ANO_REPLY[\s.!]*\Z"),
+    re.compile(r"\A(?:ping|pong)[\s.!?]*\Z", re.IGNORECASE),
+    re.compile(r"\A\[probe\]", re.IGNORECASE),
+)
+
+# Triggers count only in imperative form, i.e. at the start of a clause (after
+# punctuation, "please" or a filler word), so "I remember when..." or "I don't
+# remember where" are recollections, not instructions.
+_LEAD = (
+    r"(?:\A|[.!?;:,\n(\"“]|\bplease\b|\bpls\b)\s*"
+    r"(?:(?:also|and|but|so|now|oh|hey|ok|okay|just|btw|please|pls)\b,?\s*)*"
+)
+_NOT = r"(?:don['’]?t|do\s+not)"
+_TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "forget",
+        re.compile(
+            _LEAD + rf"(?:forget\s+(?:that|this|about)\b|{_NOT}\s+remember\b)"
+            r"|\bplease\s+forget\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "remember",
+        re.compile(
+            # "remember that time..." asks about the past, so it is excluded.
+            _LEAD + r"(?:remember\s+(?:that|this)\b(?!\s+(?:time|day|night|one)\b)"
+            rf"|remember\s*:|(?:{_NOT}|never)\s+forget\b|keep\s+in\s+mind\b)"
+            r"|\bplease\s+remember\b|\bnote\s+to\s+self\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "reflect",
+        re.compile(
+            _LEAD + r"(?:reflect\s+on\b|think\s+back\s+(?:on|to)\b)"
+            r"|\blet(?:['’]s|\s+us)\s+reflect\b",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+_CONFIDENCE_WORDS = {"high": 0.9, "medium": 0.6, "med": 0.6, "low": 0.3}
+
+_BULLET = re.compile(r"^\s*[-*]\s+\[([^\]]*)\]\s*(.*)$")
+_HEADING2 = re.compile(r"^##(?!#)\s*(.*)$")
+_HEADING1 = re.compile(r"^#(?!#)\s")
+_TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+_TIME_LIKE = re.compile(r"^\d{1,2}:\d")
+_KEY_VALUE = re.compile(r"^([a-z]+)\s*[:=]\s*(.*)$", re.IGNORECASE)
+
+
+class _Reject(Exception):
+    """A line that must be quarantined; the message is the reason."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def is_heartbeat(text: str) -> bool:
+    """True for heartbeat probes/replies and other liveness chatter."""
+    stripped = text.strip()
+    return any(p.search(stripped) for p in _HEARTBEAT_PATTERNS)
+
+
+def detect_trigger(text: str) -> str | None:
+    """The explicit memory instruction in a text: "remember", "forget", "reflect" or None."""
+    best: tuple[int, str] | None = None
+    for trigger, pattern in _TRIGGER_PATTERNS:
+        m = pattern.search(text)
+        # With several instructions in one text the first one wins.
+        if m and (best is None or m.start() < best[0]):
+            best = (m.start(), trigger)
+    return best[1] if best else None
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """Turn an ISO 8601 string or epoch number into a naive UTC datetime."""
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, bool):
+        # bool is an int subclass; True is not a moment in time.
+        raise ValueError(f"not a timestamp: {value!r}")
+    elif isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite number: {value!r}")
+        try:
+            # Above 1e11 seconds is past year 5000, so such values must be milliseconds.
+            delta = timedelta(milliseconds=value) if value > 1e11 else timedelta(seconds=value)
+            dt = datetime(1970, 1, 1) + delta
+        except OverflowError as exc:
+            raise ValueError(f"epoch value out of range: {value!r}") from exc
+    elif isinstance(value, str):
+        s = value.strip()
+        if not s:
+            raise ValueError("empty timestamp")
+        if s[-1] in "zZ":
+            s = s[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(s)
+        except ValueError as exc:
+            raise ValueError(f"not an ISO 8601 timestamp: {value!r}") from exc
+    else:
+        raise ValueError(f"not a timestamp: {value!r}")
+    if dt.tzinfo is not None:
+        try:
+            dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+        except OverflowError as exc:
+            raise ValueError(f"timestamp out of range: {value!r}") from exc
+    if not 1970 <= dt.year <= 2100:
+        raise ValueError(f"year {dt.year} outside 1970..2100: {value!r}")
+    return dt
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _opt_str(value: Any) -> str | None:
+    """A stripped non-empty string, or None; ints are accepted as ids often are numeric."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    return None
+
+
+def _unit_float(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise _Reject(f"{name} out of range: {_short(value)}")
+    return float(value)
+
+
+def _lines(data: bytes, file_name: str, result: ParseResult):
+    """Yield (line number, decoded line) for non-blank lines; quarantine undecodable ones."""
+    for index, raw in enumerate(data.split(b"\n")):
+        line_no = index + 1
+        if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            # Editors on Windows prepend a BOM; json.loads rejects it.
+            raw = raw[3:]
+        raw = raw.rstrip(b"\r")
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            reason = f"invalid UTF-8: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+            result.quarantined.append(
+                QuarantinedLine(file_name, line_no, reason, raw.decode("utf-8", errors="replace"))
+            )
+            continue
+        yield line_no, line
+
+
+def _json_object(line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise _Reject(f"bad JSON: {exc.msg} at column {exc.colno}") from exc
+    if not isinstance(record, dict):
+        raise _Reject("not a JSON object")
+    return record
+
+
+def _ts_field(value: Any) -> datetime:
+    if value is None:
+        raise _Reject("missing ts")
+    try:
+        return parse_timestamp(value)
+    except ValueError as exc:
+        raise _Reject(f"invalid timestamp: {_short(value)}") from exc
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def _parse_jsonl(data: bytes, file_name: str, being_id: str, result: ParseResult) -> None:
+    for line_no, line in _lines(data, file_name, result):
+        try:
+            episode = _jsonl_record(_json_object(line), being_id, file_name, line_no, result)
+        except _Reject as reject:
+            result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
+            continue
+        if episode is not None:
+            result.episodes.append(episode)
+
+
+def _jsonl_record(
+    rec: dict, being_id: str, file_name: str, line_no: int, result: ParseResult
+) -> Episode | None:
+    text = rec.get("text")
+    if text is None:
+        raise _Reject("missing text")
+    if not isinstance(text, str):
+        raise _Reject("text is not a string")
+    text = text.strip()
+    if not text:
+        raise _Reject("missing text")
+    # Checked before the other fields so that a malformed heartbeat is not reported.
+    if is_heartbeat(text):
+        result.heartbeats += 1
+        return None
+    ts = _ts_field(rec.get("ts"))
+    kind = rec.get("kind")
+    if kind is None:
+        kind = "message"
+    if not isinstance(kind, str) or kind not in EPISODE_KINDS:
+        raise _Reject(f"unknown kind: {_short(kind)}")
+    importance = _unit_float(rec.get("importance"), "importance")
+    confidence = _unit_float(rec.get("confidence"), "confidence")
+    tags = rec.get("tags")
+    if tags is None:
+        tags = []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise _Reject("tags must be a list of strings")
+    given_role = _opt_str(rec.get("role"))
+    speaker = _opt_str(rec.get("speaker")) or given_role or "unknown"
+    client_id = _opt_str(rec.get("id"))
+    return Episode(
+        episode_id=client_id or episode_hash_id(being_id, ts, speaker, text),
+        being_id=being_id,
+        ts=ts,
+        speaker=speaker,
+        role=given_role or "user",
+        text=text,
+        session_id=_opt_str(rec.get("session_id")),
+        kind=kind,
+        confidence=confidence,
+        tags=tuple(t.strip() for t in tags if t.strip()),
+        importance=importance,
+        source=_opt_str(rec.get("source")),
+        source_ref=f"{file_name}:{line_no}",
+        format="jsonl",
+        trigger=detect_trigger(text),
+    )
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        # Tool calls, thinking and images are not things the being said.
+        parts = [
+            p["text"]
+            for p in content
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        ]
+        return "\n".join(parts).strip()
+    return ""
+
+
+def _parse_openclaw(data: bytes, file_name: str, being_id: str, result: ParseResult) -> None:
+    records: list[tuple[int, str, dict]] = []
+    for line_no, line in _lines(data, file_name, result):
+        try:
+            records.append((line_no, line, _json_object(line)))
+        except _Reject as reject:
+            result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
+    # The header normally comes first, but it names the whole file's session wherever it is.
+    session_id = next(
+        (
+            _opt_str(rec.get("id"))
+            for _, _, rec in records
+            if rec.get("type") == "session" and _opt_str(rec.get("id"))
+        ),
+        None,
+    ) or Path(file_name).stem
+    for line_no, line, rec in records:
+        try:
+            episode = _openclaw_record(rec, being_id, session_id, file_name, line_no, result)
+        except _Reject as reject:
+            result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
+            continue
+        if episode is not None:
+            result.episodes.append(episode)
+    result.quarantined.sort(key=lambda q: q.line)
+
+
+def _openclaw_record(
+    rec: dict, being_id: str, session_id: str, file_name: str, line_no: int, result: ParseResult
+) -> Episode | None:
+    if isinstance(rec.get("message"), dict):
+        msg = rec["message"]
+    elif "type" not in rec or rec.get("type") == "message":
+        msg = rec
+    else:
+        return None
+    role = msg.get("role")
+    if role not in ("user", "assistant"):
+        return None
+    text = _content_text(msg.get("content"))
+    if not text:
+        return None
+    if is_heartbeat(text):
+        result.heartbeats += 1
+        return None
+    ts_value = rec.get("timestamp")
+    if ts_value is None:
+        ts_value = msg.get("timestamp")
+    ts = _ts_field(ts_value)
+    speaker = "user" if role == "user" else being_id
+    message_id = _opt_str(rec.get("id")) or _opt_str(msg.get("id"))
+    return Episode(
+        episode_id=message_id or episode_hash_id(being_id, ts, speaker, text),
+        being_id=being_id,
+        ts=ts,
+        speaker=speaker,
+        role=role,
+        text=text,
+        session_id=session_id,
+        source_ref=f"{file_name}:{line_no}",
+        format="openclaw",
+        trigger=detect_trigger(text),
+    )
+
+
+def _daily_date(file_name: str) -> date:
+    m = _DAILY_NAME.match(Path(file_name).name)
+    try:
+        if m:
+            return date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        pass
+    raise MindflowError(
+        f"cannot read {Path(file_name).name} as daily notes: the name must be a real date "
+        f"like 2026-01-05.md; rename the file"
+    )
+
+
+def _entry_fields(parts: list[str]) -> dict:
+    """Kind, importance, confidence and tags from the `|`-separated parts of a tag block."""
+    fields: dict[str, Any] = {"kind": None, "importance": None, "confidence": None, "tags": ()}
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        kv = _KEY_VALUE.match(part)
+        key = kv[1].lower() if kv else None
+        value = kv[2].strip() if kv else ""
+        if key in ("i", "importance"):
+            try:
+                number = float(value)
+            except ValueError:
+                raise _Reject(f"importance out of range: {value}") from None
+            fields["importance"] = _unit_float(number, "importance")
+        elif key == "confidence":
+            if value.lower() in _CONFIDENCE_WORDS:
+                fields["confidence"] = _CONFIDENCE_WORDS[value.lower()]
+            else:
+                try:
+                    number = float(value)
+                except ValueError:
+                    raise _Reject(f"confidence out of range: {value}") from None
+                fields["confidence"] = _unit_float(number, "confidence")
+        elif key == "tags":
+            fields["tags"] = tuple(t.strip() for t in value.strip("[]").split(",") if t.strip())
+        else:
+            kind = (value if key == "kind" else part).lower()
+            if kind not in EPISODE_KINDS:
+                raise _Reject(f"unknown kind: {kind}")
+            if fields["kind"] not in (None, kind):
+                raise _Reject(f"more than one kind: {fields['kind']}, {kind}")
+            fields["kind"] = kind
+    fields["kind"] = fields["kind"] or "message"
+    return fields
+
+
+def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseResult) -> None:
+    midnight = datetime.combine(_daily_date(file_name), datetime.min.time())
+
+    def emit(line_no: int, ts: datetime, text: str, fields: dict) -> None:
+        if is_heartbeat(text):
+            result.heartbeats += 1
+            return
+        result.episodes.append(
+            Episode(
+                episode_id=episode_hash_id(being_id, ts, being_id, text),
+                being_id=being_id,
+                ts=ts,
+                speaker=being_id,
+                role="assistant",
+                text=text,
+                kind=fields["kind"],
+                confidence=fields["confidence"],
+                tags=fields["tags"],
+                importance=fields["importance"],
+                source_ref=f"{file_name}:{line_no}",
+                format="daily-md",
+                trigger=detect_trigger(text),
+            )
+        )
+
+    # The open headed entry: (line number, raw heading, ts, fields, body lines), or a
+    # rejected heading whose body must still be swallowed, marked by fields None.
+    entry: list | None = None
+
+    def close_entry() -> None:
+        nonlocal entry
+        if entry is not None and entry[3] is not None:
+            line_no, raw, ts, fields, body = entry
+            text = "\n".join(b.strip() for b in body if b.strip())
+            if text:
+                emit(line_no, ts, text, fields)
+            else:
+                result.quarantined.append(QuarantinedLine(file_name, line_no, "empty body", raw))
+        entry = None
+
+    for line_no, line in _lines(data, file_name, result):
+        bullet = _BULLET.match(line)
+        # "- [ ]" and "- [x]" are Markdown checkboxes, not tag blocks.
+        if bullet and bullet[1].strip().lower() not in ("", "x"):
+            close_entry()
+            try:
+                fields = _entry_fields(bullet[1].split("|"))
+                text = bullet[2].strip()
+                if not text:
+                    raise _Reject("missing text")
+            except _Reject as reject:
+                result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
+                continue
+            # One second per line keeps bullets ordered and their ids distinct.
+            emit(line_no, midnight + timedelta(seconds=line_no), text, fields)
+            continue
+        heading = _HEADING2.match(line)
+        if heading:
+            close_entry()
+            parts = heading[1].split("|")
+            head = parts[0].strip()
+            # "## Notes" is an ordinary section heading; only time-stamped ones are entries.
+            if "|" not in heading[1] and not _TIME_LIKE.match(head):
+                continue
+            try:
+                t = _TIME.match(head)
+                if not t or int(t[1]) > 23 or int(t[2]) > 59 or int(t[3] or 0) > 59:
+                    raise _Reject(f"invalid time: {head}")
+                clock = timedelta(hours=int(t[1]), minutes=int(t[2]), seconds=int(t[3] or 0))
+                ts = midnight + clock
+                entry = [line_no, line, ts, _entry_fields(parts[1:]), []]
+            except _Reject as reject:
+                result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
+                entry = [line_no, line, None, None, []]
+            continue
+        if _HEADING1.match(line):
+            close_entry()
+            continue
+        if entry is not None:
+            entry[4].append(line)
+    close_entry()
+    result.quarantined.sort(key=lambda q: q.line)
+
+
+_PARSERS = {"jsonl": _parse_jsonl, "openclaw": _parse_openclaw, "daily-md": _parse_daily_md}
+
+
+# --------------------------------------------------------------------------- public entry points
+
+
+def detect_format(path: Path) -> str:
+    """Pick the parser for a landed file from its name and, for JSONL, its first record."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".md":
+        _daily_date(path.name)
+        return "daily-md"
+    if suffix != ".jsonl":
+        raise MindflowError(f"cannot ingest {path.name}: unsupported file type; {_ACCEPTED}")
+    try:
+        with path.open("rb") as fh:
+            for raw in fh:
+                try:
+                    record = json.loads(raw.decode("utf-8-sig"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    continue
+                if isinstance(record, dict) and (
+                    record.get("type") in _OPENCLAW_TYPES or isinstance(record.get("message"), dict)
+                ):
+                    return "openclaw"
+                return "jsonl"
+    except OSError as exc:
+        raise MindflowError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return "jsonl"
+
+
+def parse_bytes(data: bytes, file_name: str, being_id: str, fmt: str) -> ParseResult:
+    """Parse a file's bytes; bad lines are quarantined, never fatal."""
+    if fmt not in _PARSERS:
+        raise MindflowError(f"unknown format {fmt!r}; {_ACCEPTED}")
+    result = ParseResult()
+    _PARSERS[fmt](data, file_name, being_id, result)
+    return result
+
+
+def parse_file(path: Path, being_id: str, fmt: str | None = None) -> ParseResult:
+    """Parse one landed file, detecting its format when none is given."""
+    path = Path(path)
+    if fmt is None:
+        fmt = detect_format(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise MindflowError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    return parse_bytes(data, path.name, being_id, fmt)

@@ -1,0 +1,81 @@
+"""LanceDB access: the one place that builds `where` filters, and table helpers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import lancedb
+import pyarrow as pa
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def literal(value: str | int | float | bool) -> str:
+    """A SQL literal for a LanceDB filter; strings are quoted with embedded quotes doubled."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if not isinstance(value, str):
+        raise TypeError(f"unsupported filter value {value!r}")
+    if "\x00" in value:
+        raise ValueError("filter values cannot contain NUL")
+    return "'" + value.replace("'", "''") + "'"
+
+
+def identifier(name: str) -> str:
+    if not _IDENTIFIER.fullmatch(name):
+        raise ValueError(f"invalid column name {name!r}")
+    return name
+
+
+def where(**conditions: str | int | float | bool | Iterable[str]) -> str:
+    """`col = 'v' AND col2 IN ('a', 'b')`: every filter goes through here."""
+    parts = []
+    for column, value in conditions.items():
+        if isinstance(value, (str, int, float, bool)):
+            parts.append(f"{identifier(column)} = {literal(value)}")
+        else:
+            values = list(value)
+            if not values:
+                parts.append("FALSE")
+            else:
+                parts.append(f"{identifier(column)} IN ({', '.join(literal(v) for v in values)})")
+    return " AND ".join(parts) if parts else "TRUE"
+
+
+def connect(path: Path):
+    path.mkdir(parents=True, exist_ok=True)
+    return lancedb.connect(str(path))
+
+
+def open_table(db, name: str):
+    """The table, or None while it does not exist yet."""
+    try:
+        return db.open_table(name)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def count_by(table, column: str, values: Iterable[str]) -> dict[str, int]:
+    """How many rows each value of `column` has (for invariant checks)."""
+    values = list(values)
+    counts: dict[str, int] = {}
+    for start in range(0, len(values), 500):
+        chunk = values[start : start + 500]
+        rows = (
+            table.search()
+            .where(where(**{column: chunk}))
+            .select([column])
+            .limit(None)
+            .to_arrow()
+        )
+        for v in rows.column(column).to_pylist():
+            counts[v] = counts.get(v, 0) + 1
+    return counts
+
+
+def vector_type(dim: int) -> pa.DataType:
+    return pa.list_(pa.float32(), dim)

@@ -1,0 +1,145 @@
+"""Publishing the recall table: active and dormant memories, from DuckDB to LanceDB `memories`.
+
+Only rows whose content changed are written: a LanceDB update un-indexes the rows
+it touches, so rewriting every memory nightly would keep the indexes cold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from mindflow import lance
+from mindflow.models import utcnow
+
+TABLE = "memories"
+DELETE_CHUNK = 500
+
+# The rows recall may serve, with a hash of everything recall reads except the
+# vector (which follows from the text). The decay score is rounded so that
+# its daily drift does not rewrite every row.
+_DESIRED_SQL = """
+    SELECT n.node_id AS memory_ref, n.being_id, n.kind,
+           n.scene.action AS text, n.feeling, n.themes,
+           CASE WHEN d.status = 'dormant' THEN 'dormant' ELSE n.status END AS status,
+           n.importance, n.episode_ts AS ts, n.cluster_id, n.source_episode_ids, n.pinned,
+           n.trigger,
+           [w.date for w in n.scene."when"] AS when_dates,
+           round(coalesce(d.score, 1.0), 1) AS decay_score,
+           md5(concat_ws('|', n.being_id, n.kind, n.scene.action, n.feeling,
+               array_to_string(n.themes, ','), n.status, d.status, n.importance, n.episode_ts,
+               n.cluster_id, array_to_string(n.source_episode_ids, ','), n.pinned, n.trigger,
+               array_to_string([w.date for w in n.scene."when"], ','),
+               round(coalesce(d.score, 1.0), 1))) AS row_hash
+    FROM nodes n LEFT JOIN decay_scores d ON d.memory_ref = n.node_id
+    WHERE n.status IN ('active', 'dying') AND coalesce(d.status, 'active') <> 'archived'
+"""
+
+
+@dataclass
+class PublishReport:
+    upserted: int = 0
+    deleted: int = 0
+    rows: int = 0
+    version: int | None = None
+
+
+def desired_refs_sql() -> str:
+    return f"SELECT memory_ref, being_id FROM ({_DESIRED_SQL})"
+
+
+def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> PublishReport:
+    """Bring LanceDB `memories` in line with DuckDB, writing only what changed."""
+    now = now or utcnow()
+    report = PublishReport()
+    con.execute(f"CREATE OR REPLACE TEMP TABLE desired_memories AS {_DESIRED_SQL}")
+    try:
+        changed = con.sql(
+            """
+            SELECT d.* EXCLUDE (row_hash), n.vector, d.row_hash
+            FROM desired_memories d JOIN nodes n ON n.node_id = d.memory_ref
+            LEFT JOIN published_memories p ON p.memory_ref = d.memory_ref
+            WHERE p.row_hash IS DISTINCT FROM d.row_hash
+            ORDER BY d.memory_ref
+            """
+        ).to_arrow_table()
+        removed = [
+            r[0]
+            for r in con.execute(
+                "SELECT p.memory_ref FROM published_memories p "
+                "WHERE NOT EXISTS (SELECT 1 FROM desired_memories d WHERE d.memory_ref = p.memory_ref)"
+            ).fetchall()
+        ]
+        table = lance.open_table(db, TABLE)
+        if changed.num_rows:
+            batch = _to_lance(changed)
+            if table is None:
+                table = db.create_table(TABLE, data=batch)
+                table.create_fts_index("text", replace=True)
+            else:
+                (
+                    table.merge_insert("memory_ref")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute(batch)
+                )
+            report.upserted = changed.num_rows
+        if table is not None and removed:
+            for start in range(0, len(removed), DELETE_CHUNK):
+                table.delete(lance.where(memory_ref=removed[start : start + DELETE_CHUNK]))
+            report.deleted = len(removed)
+        if table is not None and (report.upserted or report.deleted):
+            # Folds new rows into the full-text index and compacts small fragments.
+            table.optimize()
+        # LanceDB holds the rows now; record what was published, so a failure before
+        # this point simply republishes the same rows next time.
+        con.register("changed_hashes", changed.select(["memory_ref", "being_id", "row_hash"]))
+        try:
+            con.execute(
+                "INSERT OR REPLACE INTO published_memories "
+                "SELECT memory_ref, being_id, row_hash, ?::TIMESTAMP FROM changed_hashes",
+                [now],
+            )
+        finally:
+            con.unregister("changed_hashes")
+        if removed:
+            con.execute(
+                "DELETE FROM published_memories WHERE list_contains(?, memory_ref)", [removed]
+            )
+        if table is not None:
+            report.rows = table.count_rows()
+            report.version = table.version
+    finally:
+        con.execute("DROP TABLE IF EXISTS desired_memories")
+    return report
+
+
+def _to_lance(changed: pa.Table) -> pa.Table:
+    vectors = changed.column("vector").to_pylist()
+    dim = len(vectors[0])
+    flat = np.asarray(vectors, dtype=np.float32).reshape(-1)
+    vector = pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float32()), dim)
+    return pa.table(
+        {
+            "memory_ref": changed.column("memory_ref").cast(pa.string()),
+            "being_id": changed.column("being_id").cast(pa.string()),
+            "kind": changed.column("kind").cast(pa.string()),
+            "text": changed.column("text").cast(pa.string()),
+            "feeling": changed.column("feeling").cast(pa.string()),
+            "themes": changed.column("themes").cast(pa.list_(pa.string())),
+            "status": changed.column("status").cast(pa.string()),
+            "importance": changed.column("importance").cast(pa.float32()),
+            "ts": changed.column("ts").cast(pa.timestamp("us")),
+            "cluster_id": changed.column("cluster_id").cast(pa.string()),
+            "source_episode_ids": changed.column("source_episode_ids").cast(pa.list_(pa.string())),
+            "pinned": changed.column("pinned").cast(pa.bool_()),
+            "trigger": changed.column("trigger").cast(pa.string()),
+            "when_dates": changed.column("when_dates").cast(pa.list_(pa.string())),
+            "decay_score": changed.column("decay_score").cast(pa.float32()),
+            "vector": vector,
+        }
+    )

@@ -1,0 +1,166 @@
+"""Running the code location's jobs on the local Dagster instance, for the CLI and the demo.
+
+With mindflow/resources.py, the only library module that imports Dagster: the CLI
+needs Dagster's own API so that its runs are recorded in `$MINDFLOW_HOME/dagster`
+and show up in the UI like any other run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+
+from mindflow.config import Settings
+from mindflow.errors import MindflowError
+from mindflow.inbox import pending_days, validate_being_id
+from mindflow.models import utcnow
+
+JOBS = ("ingest", "patrol", "decay")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DAGSTER_YAML = """\
+# Written by mindflow: the local Dagster instance of this MINDFLOW_HOME.
+concurrency:
+  pools:
+    # Pool `duckdb` (every asset that opens the DuckDB file) runs one step at a time.
+    default_limit: 1
+telemetry:
+  enabled: false
+"""
+# The CLI prints one line per run; the full event log is in the UI.
+_QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass
+class RunSummary:
+    job: str
+    partition: str
+    run_id: str
+    success: bool
+
+
+def prepare_instance(settings: Settings) -> Path:
+    """Create `$MINDFLOW_HOME/dagster/dagster.yaml` with the pool limit, and point DAGSTER_HOME at it."""
+    home = settings.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(DAGSTER_YAML)
+    os.environ["DAGSTER_HOME"] = str(home)
+    os.environ["MINDFLOW_HOME"] = str(settings.resolved_home)
+    return home
+
+
+def _definitions():
+    if str(PROJECT_ROOT) not in sys.path:
+        sys.path.insert(0, str(PROJECT_ROOT))
+    from definitions import defs
+
+    return defs
+
+
+def _parse_day(key: str) -> date:
+    if not _DAY.fullmatch(key):
+        raise MindflowError(f"invalid day {key!r}: use YYYY-MM-DD")
+    try:
+        return date.fromisoformat(key)
+    except ValueError as exc:
+        raise MindflowError(f"invalid day {key!r}: {exc}") from exc
+
+
+def _day_range(partition: str) -> tuple[date, date]:
+    """`YYYY-MM-DD` or `YYYY-MM-DD...YYYY-MM-DD`."""
+    start, _, end = partition.partition("...")
+    first, last = _parse_day(start), _parse_day(end or start)
+    if last < first:
+        raise MindflowError(f"invalid range {partition!r}: the end is before the start")
+    if first < date(2020, 1, 1) or last > utcnow().date() + timedelta(days=1):
+        raise MindflowError(f"range {partition!r} lies outside the partitions (2020-01-01 .. tomorrow)")
+    return first, last
+
+
+def run_job(
+    settings: Settings, job: str, *, being: str | None = None, partition: str | None = None
+) -> list[RunSummary]:
+    """Execute a job through Dagster on the local instance; returns one summary per run."""
+    if job not in JOBS:
+        raise MindflowError(f"unknown job {job!r}; use one of: {', '.join(JOBS)}")
+    if being is not None:
+        validate_being_id(being)
+    prepare_instance(settings)
+    import warnings
+
+    import dagster as dg
+
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
+
+    defs = _definitions()
+    instance = dg.DagsterInstance.get()
+    job_def = defs.resolve_job_def(job)
+    runs: list[tuple[str, dict]] = []
+    if job == "ingest":
+        if being is not None:
+            raise MindflowError("ingest covers every being's inbox; drop --being")
+        if partition:
+            first, last = _day_range(partition)
+        else:
+            days = sorted({d for ds in pending_days(settings.inbox).values() for d in ds})
+            if not days:
+                return []
+            first, last = days[0], days[-1]
+        runs.append(
+            (
+                f"{first}...{last}",
+                {
+                    "tags": {
+                        "dagster/asset_partition_range_start": first.isoformat(),
+                        "dagster/asset_partition_range_end": last.isoformat(),
+                    }
+                },
+            )
+        )
+    elif job == "patrol":
+        known = instance.get_dynamic_partitions("beings")
+        if partition and being and partition != being:
+            raise MindflowError("give the being either as --being or as --partition, not both")
+        wanted = being or partition
+        if wanted:
+            if wanted not in known:
+                raise MindflowError(
+                    f"unknown being {wanted!r}: it has no ingested episodes yet "
+                    f"(known: {', '.join(known) or 'none'})"
+                )
+            targets = [wanted]
+        else:
+            targets = list(known)
+        runs.extend((b, {"partition_key": b}) for b in targets)
+    else:
+        if being is not None:
+            raise MindflowError("decay covers every being; drop --being")
+        day = _day_range(partition)[0] if partition else utcnow().date()
+        runs.append((day.isoformat(), {"partition_key": day.isoformat()}))
+
+    summaries = []
+    for label, kwargs in runs:
+        result = job_def.execute_in_process(
+            instance=instance, raise_on_error=False, run_config=_QUIET, **kwargs
+        )
+        summaries.append(RunSummary(job, label, result.run_id, result.success))
+        if not result.success:
+            failure = next(
+                (e for e in result.all_events if e.is_failure and e.event_specific_data), None
+            )
+            detail = ""
+            error = getattr(failure.event_specific_data, "error", None) if failure else None
+            while error is not None and error.cause is not None:
+                error = error.cause  # the user's error, not Dagster's wrapper around it
+            if error is not None:
+                detail = ": " + error.message.strip().splitlines()[0]
+            raise MindflowError(
+                f"{job} run {result.run_id} for {label} failed{detail} (see the Dagster UI: make dev)"
+            )
+    return summaries

@@ -1,0 +1,61 @@
+"""What mindflow holds, per being: the counts `mindflow status` and the demo print."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+
+from mindflow.decay import STATUSES
+
+
+@dataclass
+class BeingStatus:
+    being_id: str
+    episodes: int = 0
+    nodes: int = 0
+    clusters: int = 0
+    active: int = 0
+    dying: int = 0
+    dead: int = 0
+    decay: dict[str, int] = field(default_factory=dict)
+
+
+def being_statuses(con: duckdb.DuckDBPyConnection) -> list[BeingStatus]:
+    rows = con.execute(
+        """
+        WITH b AS (SELECT DISTINCT being_id FROM episodes UNION SELECT DISTINCT being_id FROM nodes)
+        SELECT b.being_id,
+            (SELECT count(*) FROM episodes e WHERE e.being_id = b.being_id),
+            (SELECT count(*) FROM nodes n WHERE n.being_id = b.being_id),
+            (SELECT count(*) FROM clusters c WHERE c.being_id = b.being_id),
+            (SELECT count(*) FROM nodes n WHERE n.being_id = b.being_id AND n.status = 'active'),
+            (SELECT count(*) FROM nodes n WHERE n.being_id = b.being_id AND n.status = 'dying'),
+            (SELECT count(*) FROM nodes n WHERE n.being_id = b.being_id AND n.status = 'dead')
+        FROM b ORDER BY 1
+        """
+    ).fetchall()
+    decay = con.execute("SELECT being_id, status, count(*) FROM decay_scores GROUP BY 1, 2").fetchall()
+    out = [BeingStatus(*row) for row in rows]
+    by_id = {s.being_id: s for s in out}
+    for being_id, status, n in decay:
+        if being_id in by_id:
+            by_id[being_id].decay[status] = n
+    for s in out:
+        s.decay = {status: s.decay.get(status, 0) for status in STATUSES}
+    return out
+
+
+def render(statuses: list[BeingStatus]) -> str:
+    """A plain table, readable in a terminal and in CI logs."""
+    header = ["being", "episodes", "nodes", "clusters", "active", "dying", "dead"]
+    header += [f"decay:{s}" for s in STATUSES]
+    rows = [
+        [s.being_id, s.episodes, s.nodes, s.clusters, s.active, s.dying, s.dead]
+        + [s.decay[k] for k in STATUSES]
+        for s in statuses
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True))) for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

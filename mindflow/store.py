@@ -1,0 +1,333 @@
+"""The DuckDB stores: schema, idempotent migrations and a lock-aware connection."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+from filelock import FileLock, Timeout
+
+from mindflow.errors import MindflowError
+
+# Each migration is applied once, in order, inside a transaction; the applied
+# version is recorded in schema_version, so running migrate() again is a no-op.
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "initial stores",
+        [
+            """
+            CREATE TABLE IF NOT EXISTS episodes (
+                being_id VARCHAR NOT NULL,
+                episode_id VARCHAR NOT NULL,
+                session_id VARCHAR,
+                ts TIMESTAMP NOT NULL,
+                day DATE NOT NULL,
+                speaker VARCHAR,
+                role VARCHAR,
+                text VARCHAR NOT NULL,
+                kind VARCHAR NOT NULL DEFAULT 'message',
+                confidence DOUBLE,
+                tags VARCHAR[],
+                importance DOUBLE,
+                source VARCHAR,
+                source_ref VARCHAR,
+                format VARCHAR,
+                trigger VARCHAR,
+                ingested_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (being_id, episode_id)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS scene_notes (
+                scene_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                episode_ids VARCHAR[] NOT NULL,
+                action VARCHAR,
+                actors VARCHAR[],
+                "when" STRUCT(date VARCHAR, action VARCHAR)[],
+                setting VARCHAR,
+                dialogue VARCHAR,
+                sensory VARCHAR,
+                feeling VARCHAR,
+                importance DOUBLE,
+                themes VARCHAR[],
+                emotion DOUBLE[],
+                note_status VARCHAR NOT NULL DEFAULT 'ok',
+                raw VARCHAR,
+                extractor VARCHAR NOT NULL DEFAULT 'mechanical',
+                created_at TIMESTAMP NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS nodes (
+                node_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                scene_id VARCHAR,
+                scene STRUCT(
+                    action VARCHAR, actors VARCHAR[], "when" STRUCT(date VARCHAR, action VARCHAR)[],
+                    setting VARCHAR, dialogue VARCHAR, sensory VARCHAR
+                ),
+                feeling VARCHAR,
+                importance DOUBLE NOT NULL,
+                cluster_id VARCHAR,
+                themes VARCHAR[],
+                emotion DOUBLE[],
+                kind VARCHAR NOT NULL DEFAULT 'message',
+                trigger VARCHAR,
+                session_count INTEGER NOT NULL DEFAULT 0,
+                status VARCHAR NOT NULL DEFAULT 'active',
+                fresh BOOLEAN NOT NULL DEFAULT TRUE,
+                pinned BOOLEAN NOT NULL DEFAULT FALSE,
+                reactivation_count INTEGER NOT NULL DEFAULT 0,
+                last_activated TIMESTAMP,
+                source_episode_ids VARCHAR[] NOT NULL,
+                episode_ts TIMESTAMP,
+                vector FLOAT[],
+                created_at TIMESTAMP NOT NULL,
+                updated_at TIMESTAMP NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS clusters (
+                cluster_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                label VARCHAR NOT NULL,
+                parent_id VARCHAR,
+                is_parent BOOLEAN NOT NULL DEFAULT FALSE,
+                vector FLOAT[],
+                created_at TIMESTAMP NOT NULL,
+                updated_at TIMESTAMP NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS facts (
+                fact_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                entity VARCHAR NOT NULL,
+                key VARCHAR NOT NULL,
+                value VARCHAR NOT NULL,
+                category VARCHAR,
+                confidence DOUBLE,
+                activation DOUBLE NOT NULL DEFAULT 1.0,
+                importance DOUBLE NOT NULL DEFAULT 0.5,
+                access_count INTEGER NOT NULL DEFAULT 1,
+                source_episode_ids VARCHAR[],
+                valid_at TIMESTAMP,
+                invalid_at TIMESTAMP,
+                created_at TIMESTAMP NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS relations (
+                relation_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                subject VARCHAR NOT NULL,
+                predicate VARCHAR NOT NULL,
+                object VARCHAR NOT NULL,
+                weight DOUBLE NOT NULL DEFAULT 1.0,
+                source_episode_ids VARCHAR[],
+                valid_at TIMESTAMP,
+                invalid_at TIMESTAMP,
+                created_at TIMESTAMP NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS aliases (
+                being_id VARCHAR NOT NULL,
+                alias VARCHAR NOT NULL,
+                entity VARCHAR NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (being_id, alias)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS co_occurrences (
+                being_id VARCHAR NOT NULL,
+                fact_a VARCHAR NOT NULL,
+                fact_b VARCHAR NOT NULL,
+                weight DOUBLE NOT NULL DEFAULT 1.0,
+                PRIMARY KEY (being_id, fact_a, fact_b)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS decay_scores (
+                memory_ref VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                store VARCHAR NOT NULL,
+                kind VARCHAR,
+                base_relevance DOUBLE NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                last_accessed TIMESTAMP NOT NULL,
+                access_count INTEGER NOT NULL DEFAULT 1,
+                type_weight DOUBLE NOT NULL,
+                score DOUBLE,
+                status VARCHAR NOT NULL DEFAULT 'active',
+                prev_status VARCHAR,
+                pinned BOOLEAN NOT NULL DEFAULT FALSE,
+                retention_from TIMESTAMP,
+                retention_days INTEGER,
+                as_of TIMESTAMP
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS embedding_cache (
+                model VARCHAR NOT NULL,
+                text_sha256 VARCHAR NOT NULL,
+                vector FLOAT[] NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (model, text_sha256)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS audit_log (
+                audit_id VARCHAR PRIMARY KEY,
+                ts TIMESTAMP NOT NULL,
+                action VARCHAR NOT NULL,
+                target VARCHAR NOT NULL,
+                actor VARCHAR NOT NULL,
+                approval VARCHAR,
+                summary VARCHAR,
+                run_id VARCHAR
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS history (
+                history_id VARCHAR PRIMARY KEY,
+                ts TIMESTAMP NOT NULL,
+                memory_ref VARCHAR NOT NULL,
+                being_id VARCHAR NOT NULL,
+                operation VARCHAR NOT NULL,
+                before JSON,
+                after JSON,
+                run_id VARCHAR
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS inbox_files (
+                being_id VARCHAR NOT NULL,
+                file_name VARCHAR NOT NULL,
+                sha256 VARCHAR NOT NULL,
+                format VARCHAR NOT NULL,
+                first_day DATE,
+                last_day DATE,
+                episodes INTEGER NOT NULL,
+                quarantined INTEGER NOT NULL,
+                heartbeats INTEGER NOT NULL,
+                ingested_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (being_id, sha256)
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS published_memories (
+                memory_ref VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                row_hash VARCHAR NOT NULL,
+                published_at TIMESTAMP NOT NULL
+            )
+            """,
+            "CREATE INDEX IF NOT EXISTS nodes_being ON nodes (being_id)",
+            "CREATE INDEX IF NOT EXISTS clusters_being ON clusters (being_id)",
+            "CREATE INDEX IF NOT EXISTS episodes_day ON episodes (day)",
+        ],
+    ),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+TABLES = (
+    "episodes",
+    "scene_notes",
+    "nodes",
+    "clusters",
+    "facts",
+    "relations",
+    "aliases",
+    "co_occurrences",
+    "decay_scores",
+    "embedding_cache",
+    "audit_log",
+    "history",
+)
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> int:
+    """Bring the schema to SCHEMA_VERSION; returns the number of migrations applied."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version ("
+        " version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
+    )
+    current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+    applied = 0
+    for version, description, statements in MIGRATIONS:
+        if version <= current:
+            continue
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for statement in statements:
+                con.execute(statement)
+            con.execute(
+                "INSERT INTO schema_version VALUES (?, ?, now()::TIMESTAMP)", [version, description]
+            )
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        applied += 1
+    return applied
+
+
+@contextlib.contextmanager
+def connect(
+    path: Path, *, read_only: bool = False, lock_timeout_s: float = 600.0
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """Open the DuckDB file, waiting for another mindflow process that holds it.
+
+    DuckDB lets one process write a file and refuses a second process outright,
+    so writers take an exclusive file lock first: a second job waits its turn
+    instead of failing. The Dagster pool `duckdb` queues steps the same way
+    inside one instance; the lock also covers the CLI and tests.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path) + ".lock")
+    if not read_only:
+        try:
+            lock.acquire(timeout=lock_timeout_s)
+        except Timeout as exc:
+            raise MindflowError(
+                f"{path} is held by another mindflow job for more than {lock_timeout_s:.0f} s; "
+                "wait for it to finish (see the Dagster UI) and try again"
+            ) from exc
+    try:
+        con = _open(path, read_only=read_only, timeout_s=0 if not read_only else 10.0)
+        try:
+            if not read_only:
+                migrate(con)
+            yield con
+        finally:
+            con.close()
+    finally:
+        if not read_only:
+            lock.release()
+
+
+def _open(path: Path, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
+                if read_only and "lock" in str(exc).lower():
+                    raise MindflowError(
+                        f"{path} is being written by a running job; try again when it finishes"
+                    ) from exc
+                raise
+            time.sleep(0.2)
+
+
+def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}

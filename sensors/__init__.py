@@ -1,0 +1,1 @@
+"""Sensors that start jobs when something arrives."""
