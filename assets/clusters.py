@@ -1,6 +1,5 @@
 """Asset `clusters`: each being's Business and Private roots and their sub-clusters."""
 
-
 import dagster as dg
 
 from assets.nodes import nodes
@@ -35,7 +34,8 @@ def clusters(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Ma
         report = patrol.step_merge_small_clusters(con, being_id, patrol.PatrolParams(), now)
         context.log.info(f"{report.step}: {report.counts}")
         rows = con.execute(
-            "SELECT c.label, c.parent_id IS NULL AS root, count(n.node_id) FILTER (WHERE n.status = 'active') "
+            "SELECT c.label, c.parent_id IS NULL AS root, "
+            "count(n.node_id) FILTER (WHERE n.status = 'active') "
             "FROM clusters c LEFT JOIN nodes n ON n.cluster_id = c.cluster_id "
             "WHERE c.being_id = ? GROUP BY ALL ORDER BY 2 DESC, 1",
             [being_id],

@@ -1,6 +1,5 @@
 """Asset `decay_scores`: the relevance and status of every memory as of a day."""
 
-
 import dagster as dg
 
 from assets.partitions import daily
@@ -48,8 +47,7 @@ def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> d
             "as_of": as_of.isoformat(timespec="seconds"),
             "new": report.registered,
             **{status: report.statuses.get(status, 0) for status in STATUSES},
-            **{f"became_{s}": n for s, n in report.transitions.items()},
-            "archived_now": report.transitions.get("archived", 0),
+            **{f"change_{s}": n for s, n in report.changes.items()},
             "score_histogram": dg.MetadataValue.md("| score ≥ | memories |\n|---|---|\n" + bars),
         },
         check_results=[

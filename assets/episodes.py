@@ -1,6 +1,5 @@
 """Asset `episodes`: what happened to each being, landed from the inbox, one row per episode."""
 
-
 from datetime import timedelta
 
 import dagster as dg
@@ -31,7 +30,9 @@ def episodes(
         in_range = con.execute(
             "SELECT count(*) FROM episodes WHERE day BETWEEN ? AND ?", [start, end]
         ).fetchone()[0]
-        all_beings = [r[0] for r in con.execute("SELECT DISTINCT being_id FROM episodes ORDER BY 1").fetchall()]
+        all_beings = [
+            r[0] for r in con.execute("SELECT DISTINCT being_id FROM episodes ORDER BY 1").fetchall()
+        ]
     known = set(context.instance.get_dynamic_partitions(beings.name))
     new_beings = [b for b in all_beings if b not in known]
     if new_beings:
@@ -62,4 +63,3 @@ def episodes(
             "quarantine_files": dg.MetadataValue.json(report.quarantine_files),
         }
     )
-

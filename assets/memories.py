@@ -1,6 +1,5 @@
 """Asset `memories`: the LanceDB table recall serves, one row per active or dormant memory."""
 
-
 import dagster as dg
 
 from mindflow import lance
@@ -22,7 +21,7 @@ from mindflow.resources import DuckDBResource, LanceDBResource
             "one_row_per_memory",
             asset="memories",
             blocking=True,
-            description="Every active or dormant memory has exactly one row in LanceDB, and nothing else does.",
+            description="Every active or dormant memory has exactly one LanceDB row; nothing else has one.",
         )
     ],
 )
@@ -35,7 +34,9 @@ def memories(
         report = publish(con, db)
         wanted = {r[0] for r in con.execute(desired_refs_sql()).fetchall()}
         per_being = dict(
-            con.execute(f"SELECT being_id, count(*) FROM ({desired_refs_sql()}) GROUP BY 1 ORDER BY 1").fetchall()
+            con.execute(
+                f"SELECT being_id, count(*) FROM ({desired_refs_sql()}) GROUP BY 1 ORDER BY 1"
+            ).fetchall()
         )
     table = lance.open_table(db, TABLE)
     counts = lance.count_by(table, "memory_ref", sorted(wanted)) if table is not None else {}

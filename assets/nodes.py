@@ -1,6 +1,5 @@
 """Assets `scene_notes` and `nodes`: each being's scenes and the memory nodes formed from them."""
 
-
 import dagster as dg
 
 from assets.partitions import beings

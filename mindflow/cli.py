@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -23,9 +22,11 @@ def _fail(exc: MindflowError) -> None:
 def ingest(
     path: Path = typer.Argument(..., help="The file to land."),
     being: str = typer.Option(..., "--being", help="The being the episodes belong to."),
-    format: Optional[str] = typer.Option(None, "--format", help="jsonl | openclaw | daily-md (default: detected)."),
+    format: str | None = typer.Option(
+        None, "--format", help="jsonl | openclaw | daily-md (default: detected)."
+    ),
 ) -> None:
-    """Validate a file and land it in the being's inbox; the inbox sensor or `mindflow run ingest` ingests it."""
+    """Validate a file and land it in the being's inbox, where the inbox sensor or `run ingest` finds it."""
     from mindflow.inbox import land_file
 
     try:
@@ -42,9 +43,11 @@ def ingest(
 @app.command()
 def run(
     job: str = typer.Argument(..., help="ingest | patrol | decay"),
-    being: Optional[str] = typer.Option(None, "--being", help="patrol only this being."),
-    partition: Optional[str] = typer.Option(
-        None, "--partition", help="A day (YYYY-MM-DD), a range (START...END) for ingest, or a being for patrol."
+    being: str | None = typer.Option(None, "--being", help="patrol only this being."),
+    partition: str | None = typer.Option(
+        None,
+        "--partition",
+        help="A day (YYYY-MM-DD), a range (START...END) for ingest, or a being for patrol.",
     ),
 ) -> None:
     """Execute a job through Dagster on the local instance (the run shows up in the UI)."""
@@ -68,7 +71,10 @@ def status() -> None:
 
     settings = load_settings()
     if not settings.duckdb_path.exists():
-        typer.echo(f"no memory yet in {settings.resolved_home}: land a file with `mindflow ingest` and run `mindflow run ingest`")
+        typer.echo(
+            f"no memory yet in {settings.resolved_home}: "
+            "land a file with `mindflow ingest`, then `mindflow run ingest`"
+        )
         return
     try:
         with store.connect(settings.duckdb_path, read_only=True) as con:
@@ -91,12 +97,14 @@ def init() -> None:
 
 
 @app.command()
-def demo(samples: Path = typer.Option(SAMPLES, help="Folder holding inbox/<being_id>/ sample files.")) -> None:
+def demo(
+    samples: Path = typer.Option(SAMPLES, help="Folder holding inbox/<being_id>/ sample files."),
+) -> None:
     """Land the sample data, run ingest, patrol and decay through Dagster, and print what they made."""
+    from mindflow import store
     from mindflow.inbox import land_file
     from mindflow.runner import run_job
     from mindflow.status import being_statuses, render
-    from mindflow import store
 
     settings = load_settings()
     try:

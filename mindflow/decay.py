@@ -42,7 +42,7 @@ class DecayReport:
     registered: int = 0
     scored: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
-    transitions: dict[str, int] = field(default_factory=dict)
+    changes: dict[str, int] = field(default_factory=dict)  # net change of each status
 
 
 def register_nodes(con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams) -> int:
@@ -51,14 +51,14 @@ def register_nodes(con: duckdb.DuckDBPyConnection, as_of: datetime, params: Deca
     rows = con.execute(
         f"""
         INSERT INTO decay_scores (memory_ref, being_id, store, kind, base_relevance, created_at,
-            last_accessed, access_count, type_weight, score, status, prev_status, pinned,
+            last_accessed, access_count, type_weight, score, status, pinned,
             retention_from, retention_days, as_of)
         SELECT n.node_id, n.being_id, 'nodes', n.kind,
                CASE WHEN n.trigger = 'remember' THEN 1.0 ELSE n.importance END,
                n.created_at, n.created_at, 1,
                CASE WHEN n.pinned THEN {TYPE_WEIGHTS['core']} ELSE CASE n.kind {kind_case} ELSE
                     {TYPE_WEIGHTS['episodic']} END END,
-               NULL, 'active', NULL, n.pinned,
+               NULL, 'active', n.pinned,
                CASE WHEN e.format = 'daily-md' AND e.importance IS NOT NULL THEN e.ts END,
                CASE WHEN e.format = 'daily-md' AND e.importance IS NOT NULL THEN
                     CASE WHEN e.importance >= ? THEN NULL
@@ -76,13 +76,13 @@ def register_nodes(con: duckdb.DuckDBPyConnection, as_of: datetime, params: Deca
 
 
 def score_sql(params: DecayParams) -> str:
-    """The relevance of a row as of the bound `$as_of`, as one SQL expression."""
-    return f"""CASE WHEN pinned THEN base_relevance * type_weight ELSE
-        least({params.cap!r} * type_weight, greatest(0.0,
-            base_relevance
-            * exp(-{params.rate!r} * greatest(0.0, epoch($as_of - last_accessed) / 86400.0))
-            * log2(access_count + 1)
-            * type_weight)) END"""
+    """The relevance of a row as of the bound `$as_of`, as one SQL expression.
+
+    Pinned rows skip the time and frequency factors: they never decay.
+    """
+    days = "greatest(0.0, epoch($as_of) - epoch(last_accessed)) / 86400.0"
+    return f"""least({params.cap!r} * type_weight, base_relevance * type_weight * CASE WHEN pinned THEN 1.0
+        ELSE exp(-{params.rate!r} * {days}) * log2(access_count + 1) END)"""
 
 
 def status_sql(params: DecayParams, score: str) -> str:
@@ -105,7 +105,6 @@ def compute_scores(
     rows = con.execute(
         f"""
         UPDATE decay_scores SET
-            prev_status = status,
             score = {score},
             status = {status_sql(params, score)},
             as_of = $as_of
@@ -116,21 +115,22 @@ def compute_scores(
     return int(rows[0]) if rows else 0
 
 
+def _status_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    counts = dict(con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1").fetchall())
+    return {status: counts.get(status, 0) for status in STATUSES}
+
+
 def run_decay(
     con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams | None = None
 ) -> DecayReport:
+    """Register new memories, rescore all; report status counts and their net change."""
     params = params or DecayParams()
     report = DecayReport()
+    before = _status_counts(con)
     report.registered = register_nodes(con, as_of, params)
     report.scored = compute_scores(con, as_of, params)
-    report.statuses = dict(
-        con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1 ORDER BY 1").fetchall()
-    )
-    report.transitions = dict(
-        con.execute(
-            "SELECT status, count(*) FROM decay_scores WHERE as_of = ? AND prev_status IS NOT NULL "
-            "AND prev_status <> status GROUP BY 1 ORDER BY 1",
-            [as_of],
-        ).fetchall()
-    )
+    report.statuses = _status_counts(con)
+    # New rows enter as 'active' before scoring, so they count as arriving there.
+    before["active"] += report.registered
+    report.changes = {s: report.statuses[s] - before[s] for s in STATUSES}
     return report

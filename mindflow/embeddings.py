@@ -11,6 +11,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from mindflow import store
 from mindflow.config import DEFAULT_MODEL
 from mindflow.errors import MindflowError
 
@@ -106,15 +107,12 @@ class Embedder:
         hashes = [text_sha256(t) for t in texts]
         unique = list(dict.fromkeys(hashes))
         wanted = pa.table({"text_sha256": unique})
-        con.register("wanted_hashes", wanted)
-        try:
+        with store.registered(con, "wanted_hashes", wanted):
             rows = con.execute(
                 "SELECT c.text_sha256, c.vector FROM embedding_cache c "
                 "JOIN wanted_hashes w USING (text_sha256) WHERE c.model = ?",
                 [self.model],
             ).fetchall()
-        finally:
-            con.unregister("wanted_hashes")
         found = {h: np.asarray(v, dtype=np.float32) for h, v in rows}
         missing = [h for h in unique if h not in found]
         if missing:
@@ -129,14 +127,11 @@ class Embedder:
                     "vector": [v.tolist() for v in fresh],
                 }
             )
-            con.register("new_embeddings", new_rows)
-            try:
+            with store.registered(con, "new_embeddings", new_rows):
                 con.execute(
                     "INSERT OR IGNORE INTO embedding_cache "
                     "SELECT model, text_sha256, vector::FLOAT[], now()::TIMESTAMP FROM new_embeddings"
                 )
-            finally:
-                con.unregister("new_embeddings")
             found.update(zip(missing, fresh, strict=True))
         self.stats["cached"] += len(unique) - len(missing)
         return np.stack([found[h] for h in hashes])

@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from mindflow import store
 from mindflow.errors import MindflowError
 from mindflow.ingest import FORMATS, detect_format, parse_bytes
 from mindflow.models import Episode, ParseResult, QuarantinedLine, utcnow
@@ -287,15 +288,12 @@ def ingest(
     if selected:
         table = episodes_table(_dedupe(selected))
         before = _counts_per_being(con, report.beings)
-        con.register("incoming_episodes", table)
-        try:
+        with store.registered(con, "incoming_episodes", table):
             con.execute(
                 "INSERT INTO episodes SELECT *, ?::TIMESTAMP AS ingested_at FROM incoming_episodes "
                 "ON CONFLICT (being_id, episode_id) DO NOTHING",
                 [now],
             )
-        finally:
-            con.unregister("incoming_episodes")
         after = _counts_per_being(con, report.beings)
         report.new_per_being = {b: after.get(b, 0) - before.get(b, 0) for b in sorted(report.beings)}
         report.new = sum(report.new_per_being.values())

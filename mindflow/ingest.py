@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "forget",
         re.compile(
-            _LEAD + rf"(?:forget\s+(?:that|this|about)\b|{_NOT}\s+remember\b)"
+            _LEAD + rf"(?:forget\s+(?:that|this|about|what\s+i\s+(?:said|told|wrote|mentioned))\b|{_NOT}\s+remember\b)"
             r"|\bplease\s+forget\b",
             re.IGNORECASE,
         ),
@@ -137,7 +137,7 @@ def parse_timestamp(value: Any) -> datetime:
         raise ValueError(f"not a timestamp: {value!r}")
     if dt.tzinfo is not None:
         try:
-            dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
+            dt = dt.astimezone(UTC).replace(tzinfo=None)
         except OverflowError as exc:
             raise ValueError(f"timestamp out of range: {value!r}") from exc
     if not 1970 <= dt.year <= 2100:

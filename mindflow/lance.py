@@ -65,13 +65,7 @@ def count_by(table, column: str, values: Iterable[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for start in range(0, len(values), 500):
         chunk = values[start : start + 500]
-        rows = (
-            table.search()
-            .where(where(**{column: chunk}))
-            .select([column])
-            .limit(None)
-            .to_arrow()
-        )
+        rows = table.search().where(where(**{column: chunk})).select([column]).limit(None).to_arrow()
         for v in rows.column(column).to_pylist():
             counts[v] = counts.get(v, 0) + 1
     return counts

@@ -13,7 +13,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from mindflow import lance
+from mindflow import lance, store
 from mindflow.models import utcnow
 
 TABLE = "memories"
@@ -97,19 +97,14 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
             table.optimize()
         # LanceDB holds the rows now; record what was published, so a failure before
         # this point simply republishes the same rows next time.
-        con.register("changed_hashes", changed.select(["memory_ref", "being_id", "row_hash"]))
-        try:
+        with store.registered(con, "changed_hashes", changed.select(["memory_ref", "being_id", "row_hash"])):
             con.execute(
                 "INSERT OR REPLACE INTO published_memories "
                 "SELECT memory_ref, being_id, row_hash, ?::TIMESTAMP FROM changed_hashes",
                 [now],
             )
-        finally:
-            con.unregister("changed_hashes")
         if removed:
-            con.execute(
-                "DELETE FROM published_memories WHERE list_contains(?, memory_ref)", [removed]
-            )
+            con.execute("DELETE FROM published_memories WHERE list_contains(?, memory_ref)", [removed])
         if table is not None:
             report.rows = table.count_rows()
             report.version = table.version

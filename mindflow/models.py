@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 EPISODE_KINDS = frozenset(
     {"message", "event", "decision", "fact", "preference", "task", "emotion", "correction"}
@@ -64,4 +64,4 @@ def episode_hash_id(being_id: str, ts: datetime, speaker: str, text: str) -> str
 
 def utcnow() -> datetime:
     """Now, as the naive UTC timestamp every table stores."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)

@@ -15,6 +15,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from mindflow import store
 from mindflow.embeddings import Embedder
 from mindflow.models import utcnow
 
@@ -165,8 +166,7 @@ def step_nodes(
             "vector": [v.tolist() for v in vectors],
         }
     )
-    con.register("new_nodes", table)
-    try:
+    with store.registered(con, "new_nodes", table):
         con.execute(
             """
             INSERT INTO nodes (node_id, being_id, scene_id, scene, feeling, importance, cluster_id,
@@ -185,8 +185,6 @@ def step_nodes(
             """,
             [now, now],
         )
-    finally:
-        con.unregister("new_nodes")
     recompute_cluster_vectors(con, being_id, now)
     return StepReport(
         "❶ nodes",

@@ -151,9 +151,7 @@ def run_job(
         )
         summaries.append(RunSummary(job, label, result.run_id, result.success))
         if not result.success:
-            failure = next(
-                (e for e in result.all_events if e.is_failure and e.event_specific_data), None
-            )
+            failure = next((e for e in result.all_events if e.is_failure and e.event_specific_data), None)
             detail = ""
             error = getattr(failure.event_specific_data, "error", None) if failure else None
             while error is not None and error.cause is not None:

@@ -166,7 +166,6 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
                 type_weight DOUBLE NOT NULL,
                 score DOUBLE,
                 status VARCHAR NOT NULL DEFAULT 'active',
-                prev_status VARCHAR,
                 pinned BOOLEAN NOT NULL DEFAULT FALSE,
                 retention_from TIMESTAMP,
                 retention_days INTEGER,
@@ -269,9 +268,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         try:
             for statement in statements:
                 con.execute(statement)
-            con.execute(
-                "INSERT INTO schema_version VALUES (?, ?, now()::TIMESTAMP)", [version, description]
-            )
+            con.execute("INSERT INTO schema_version VALUES (?, ?, now()::TIMESTAMP)", [version, description])
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
@@ -331,3 +328,16 @@ def _open(path: Path, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
 
 def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, name: str, table) -> Iterator[None]:
+    """Expose an Arrow table to SQL as `name` for the duration of the block."""
+    # DuckDB refuses to register while an earlier result on the connection is only
+    # partly fetched (a caller's fetchone()); a new statement completes that result.
+    con.execute("SELECT 1").fetchall()
+    con.register(name, table)
+    try:
+        yield
+    finally:
+        con.unregister(name)

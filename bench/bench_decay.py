@@ -1,0 +1,63 @@
+"""Decay over 1,000,000 synthetic decay_scores rows, beside a bare one-column UPDATE."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+ROWS = 1_000_000
+
+
+def main() -> int:
+    from mindflow import store
+    from mindflow.decay import compute_scores
+
+    path = Path(tempfile.mkdtemp(prefix="mindflow-bench-")) / "mindflow.duckdb"
+    as_of = datetime(2026, 11, 1)
+    with store.connect(path) as con:
+        con.execute(
+            f"""
+            INSERT INTO decay_scores
+            SELECT 'n-' || i, 'being-' || (i % 11), 'nodes',
+                   ['message', 'fact', 'decision', 'task'][1 + i % 4],
+                   (i % 100) / 100.0,
+                   TIMESTAMP '2026-01-01' + to_seconds(i % 25000000),
+                   TIMESTAMP '2026-01-01' + to_seconds(i % 25000000),
+                   1 + i % 7, [0.8, 1.2, 1.0, 1.5][1 + i % 4], NULL, 'active',
+                   i % 97 = 0, NULL, NULL, NULL
+            FROM range({ROWS}) t(i)
+            """
+        )
+        bare, arith, decay = [], [], []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            con.execute("UPDATE decay_scores SET as_of = ?", [as_of])
+            bare.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            con.execute("UPDATE decay_scores SET score = base_relevance * type_weight")
+            arith.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            n = compute_scores(con, as_of)
+            decay.append(time.perf_counter() - t0)
+        assert n == ROWS, n
+        statuses = dict(con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1").fetchall())
+    b, a, d = statistics.median(bare), statistics.median(arith), statistics.median(decay)
+    print(f"## decay over {ROWS:,} rows (median of 5)")
+    print(f"bare UPDATE, one column := constant        {b:8.3f} s   baseline 1")
+    print(f"bare UPDATE, one column := a * b           {a:8.3f} s   baseline 2")
+    print(
+        f"decay: score + status + as_of, one UPDATE  {d:8.3f} s   "
+        f"{d / b:.2f}x baseline 1, {d / a:.2f}x baseline 2 (target <= 2x)"
+    )
+    print(f"statuses                           {statuses}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

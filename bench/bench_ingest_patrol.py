@@ -1,0 +1,87 @@
+"""Ingest + patrol throughput on LoCoMo, beside the raw embedding time of the same texts.
+
+Prints: turns, raw embedding seconds, end-to-end seconds of the Dagster runs, the
+work inside the assets (sum of step durations), and the same for a second run with
+no new data.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import locomo  # noqa: E402
+
+
+def step_seconds(instance, run_id: str) -> float:
+    import dagster as dg
+
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS).records
+    return sum(r.event_log_entry.dagster_event.event_specific_data.duration_ms for r in records) / 1000
+
+
+def main() -> int:
+    if not locomo.DATASET.is_dir():
+        print(f"skipped: {locomo.DATASET} not found")
+        return 0
+    home = Path(tempfile.mkdtemp(prefix="mindflow-bench-"))
+    os.environ["MINDFLOW_HOME"] = str(home)
+    os.environ["DAGSTER_HOME"] = str(home / "dagster")
+    from mindflow.config import load_settings
+    from mindflow.embeddings import Embedder
+    from mindflow.patrol import node_text
+    from mindflow.runner import run_job
+
+    settings = load_settings()
+    counts = locomo.write_inbox(settings.inbox)
+    turns = sum(counts.values())
+    texts = [
+        node_text([{"date": t["ts"][:10]}], t["text"], None)
+        for p in locomo.conversations()
+        for t in locomo.turns(p)
+    ]
+    embedder = Embedder()
+    embedder.encode(["warm up the model"])
+    t0 = time.perf_counter()
+    embedder.encode(texts)
+    raw = time.perf_counter() - t0
+
+    import dagster as dg
+
+    t0 = time.perf_counter()
+    runs = run_job(settings, "ingest") + run_job(settings, "patrol")
+    end_to_end = time.perf_counter() - t0
+    instance = dg.DagsterInstance.get()
+    inside = sum(step_seconds(instance, r.run_id) for r in runs)
+
+    # A second run with no new data: re-derive the same days, patrol every being again.
+    days = "2022-01-01...2024-12-31"
+    t0 = time.perf_counter()
+    runs2 = run_job(settings, "ingest", partition=days) + run_job(settings, "patrol")
+    second_wall = time.perf_counter() - t0
+    second_inside = sum(step_seconds(instance, r.run_id) for r in runs2)
+
+    print("## ingest + patrol on LoCoMo (5 conversations)")
+    print(f"turns                              {turns}")
+    print(f"raw embedding of the same texts    {raw:8.2f} s   ({turns / raw:7.1f} texts/s)  baseline")
+    print(
+        f"ingest + patrol, end to end        {end_to_end:8.2f} s   ({turns / end_to_end:7.1f} turns/s)"
+        f"  ratio {end_to_end / raw:.2f}x (target <= 1.3x)"
+    )
+    print(f"  of which inside the assets       {inside:8.2f} s   ratio {inside / raw:.2f}x")
+    print(
+        f"second run, no new data: assets   {second_inside:8.2f} s   (target <= 3 s; wall {second_wall:.2f} s"
+        f" for {len(runs2)} Dagster runs)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""Shared fixtures: a fresh MINDFLOW_HOME per test, real DuckDB, real LanceDB, the real model."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "data" / "samples"
+SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """An empty MINDFLOW_HOME (and DAGSTER_HOME inside it) for one test."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("MINDFLOW_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    return home
+
+
+@pytest.fixture
+def settings(home):
+    from mindflow.config import load_settings
+
+    return load_settings()
+
+
+@pytest.fixture
+def con(settings):
+    """A migrated DuckDB connection on the test's own file."""
+    from mindflow import store
+
+    with store.connect(settings.duckdb_path) as connection:
+        yield connection
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """The real all-MiniLM-L6-v2, loaded once per test session."""
+    from mindflow.embeddings import Embedder
+
+    return Embedder()
+
+
+@pytest.fixture
+def sample_inbox(settings) -> Path:
+    """The tracked sample files copied into the test's inbox."""
+    shutil.copytree(SAMPLES / "inbox", settings.inbox, dirs_exist_ok=True)
+    return settings.inbox
