@@ -57,6 +57,7 @@ def nodes(
     now = utcnow()
     params = patrol.PatrolParams()
     embedder = embeddings.embedder()
+    embedder.progress = lambda done, total: context.log.info(f"embedded {done}/{total} new node texts")
     with duckdb.connect() as con:
         steps = [
             patrol.ensure_roots(con, being_id, now),

@@ -10,7 +10,12 @@ decay_job = dg.define_asset_job(
 )
 
 
-@dg.schedule(job=decay_job, cron_schedule="0 3 * * *", execution_timezone="UTC")
+@dg.schedule(
+    job=decay_job,
+    cron_schedule="0 3 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+)
 def nightly_decay(context: dg.ScheduleEvaluationContext):
     """Every night at 03:00, decay as of that day."""
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")

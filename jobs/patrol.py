@@ -12,7 +12,12 @@ patrol_job = dg.define_asset_job(
 )
 
 
-@dg.schedule(job=patrol_job, cron_schedule="0 2 * * *", execution_timezone="UTC")
+@dg.schedule(
+    job=patrol_job,
+    cron_schedule="0 2 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+)
 def nightly_patrol(context: dg.ScheduleEvaluationContext):
     """Every night at 02:00, one patrol run per known being."""
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")

@@ -61,6 +61,8 @@ def run(
         typer.echo(f"{job}: nothing to do (no pending inbox file)")
     for s in summaries:
         typer.echo(f"{s.job} [{s.partition}] run {s.run_id}: {'ok' if s.success else 'FAILED'}")
+        if s.changes:
+            typer.echo(f"  {s.changes}")
 
 
 @app.command()
@@ -119,6 +121,8 @@ def demo(
         for job in ("ingest", "patrol", "decay"):
             for s in run_job(settings, job):
                 typer.echo(f"{s.job} [{s.partition}] run {s.run_id}: {'ok' if s.success else 'FAILED'}")
+                if s.changes:
+                    typer.echo(f"  {s.changes}")
         with store.connect(settings.duckdb_path, read_only=True) as con:
             typer.echo("\n" + render(being_statuses(con)))
     except MindflowError as exc:

@@ -26,6 +26,10 @@ class Settings(BaseSettings):
         "or openai:text-embedding-3-small (needs OPENAI_API_KEY).",
     )
     embedding_batch_size: int = 64
+    ingest_max_gap_days: int = Field(
+        default=30,
+        description="An ingest of pending files starts a new run where their days lie further apart.",
+    )
     duckdb_lock_timeout_s: float = Field(
         default=600.0, description="How long a job waits for another process holding the DuckDB file."
     )

@@ -111,8 +111,8 @@ def compute_scores(
         WHERE created_at <= $as_of
         """,
         {"as_of": as_of},
-    ).fetchone()
-    return int(rows[0]) if rows else 0
+    ).fetchall()
+    return int(rows[0][0]) if rows else 0
 
 
 def _status_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:

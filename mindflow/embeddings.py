@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
@@ -59,6 +60,9 @@ class Embedder:
     openai_api_key: str | None = None
     openai_base_url: str | None = None
     stats: dict[str, int] = field(default_factory=lambda: {"embedded": 0, "cached": 0})
+    # Called as progress(done, total) after each chunk of a long encoding.
+    progress: Callable[[int, int], None] | None = None
+    progress_every: int = 1024
 
     @property
     def dimension(self) -> int:
@@ -74,13 +78,21 @@ class Embedder:
             vectors = self._encode_openai(texts)
         else:
             model = _load_sentence_transformer(self.model)
-            vectors = model.encode(
-                texts,
-                batch_size=self.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
+            chunks = []
+            for start in range(0, len(texts), self.progress_every):
+                chunk = texts[start : start + self.progress_every]
+                chunks.append(
+                    model.encode(
+                        chunk,
+                        batch_size=self.batch_size,
+                        normalize_embeddings=True,
+                        convert_to_numpy=True,
+                        show_progress_bar=False,
+                    )
+                )
+                if self.progress is not None:
+                    self.progress(start + len(chunk), len(texts))
+            vectors = np.concatenate(chunks)
         self.stats["embedded"] += len(texts)
         return np.asarray(vectors, dtype=np.float32)
 

@@ -155,6 +155,21 @@ def pending_days(inbox: Path) -> dict[str, list[date]]:
     return {b: sorted(d) for b, d in days.items()}
 
 
+def plan_ranges(days: list[date], max_gap_days: int) -> list[tuple[date, date]]:
+    """Contiguous day ranges covering `days`, split where two days lie more than max_gap_days apart.
+
+    Each ingest run materializes every daily partition of its range, and Dagster
+    records an event per partition; a long empty stretch costs more than a new run.
+    """
+    ranges: list[tuple[date, date]] = []
+    for day in sorted(set(days)):
+        if ranges and (day - ranges[-1][1]).days <= max_gap_days:
+            ranges[-1] = (ranges[-1][0], day)
+        else:
+            ranges.append((day, day))
+    return ranges
+
+
 @dataclass
 class IngestReport:
     """What one ingest run did."""
@@ -250,8 +265,8 @@ def ingest(
 ) -> IngestReport:
     """Upsert the episodes of days [start, end] from pending and done inbox files.
 
-    Pending files whose episodes all fall inside the range move to `inbox/.done/`;
-    the others wait for a run that covers their remaining days. Episodes are keyed
+    A pending file moves to `inbox/.done/` once all its episodes are stored, by
+    this run or earlier ones; until then it waits for runs covering its other days. Episodes are keyed
     by (being_id, episode_id), so the same content ingested twice adds nothing.
     """
     now = now or utcnow()
@@ -261,6 +276,7 @@ def ingest(
     pending_shas = {(p.being_id, p.sha256) for p in pending}
     selected: list[Episode] = []
     finished: list[tuple[LandedFile, ParseResult]] = []
+    waiting: list[tuple[LandedFile, ParseResult, list[Episode]]] = []
     for landed in pending + [d for d in done if (d.being_id, d.sha256) not in pending_shas]:
         is_pending = DONE not in landed.path.relative_to(inbox).parts
         if landed.fmt is None:
@@ -283,6 +299,9 @@ def ingest(
                 report.quarantine_files.append(written)
             if len(in_range) == len(result.episodes):
                 finished.append((landed, result))
+            else:
+                outside = [e for e in result.episodes if not start <= e.day <= end]
+                waiting.append((landed, result, outside))
 
     report.beings = {e.being_id for e in selected}
     if selected:
@@ -299,6 +318,8 @@ def ingest(
         report.new = sum(report.new_per_being.values())
         report.duplicates = len(selected) - report.new
 
+    # A file whose other days earlier runs already ingested is done as well.
+    finished += [(landed, result) for landed, result, rest in waiting if _all_stored(con, rest)]
     for landed, result in finished:
         _record_and_move(con, inbox, landed, result, now)
         report.moved_to_done += 1
@@ -311,6 +332,17 @@ def _quarantine_whole_file(inbox: Path, landed: LandedFile, reason: str) -> str:
     keep = inbox / QUARANTINE / landed.being_id / f"{landed.path.name}-{landed.sha256[:8]}"
     shutil.move(str(landed.path), keep)
     return written
+
+
+def _all_stored(con: duckdb.DuckDBPyConnection, episodes: list[Episode]) -> bool:
+    keys = pa.table(
+        {"being_id": [e.being_id for e in episodes], "episode_id": [e.episode_id for e in episodes]}
+    )
+    with store.registered(con, "file_keys", keys):
+        missing = con.execute(
+            "SELECT count(*) FROM file_keys k ANTI JOIN episodes e USING (being_id, episode_id)"
+        ).fetchall()[0][0]
+    return missing == 0
 
 
 def _dedupe(episodes: list[Episode]) -> list[Episode]:

@@ -48,7 +48,9 @@ _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "forget",
         re.compile(
-            _LEAD + rf"(?:forget\s+(?:that|this|about|what\s+i\s+(?:said|told|wrote|mentioned))\b|{_NOT}\s+remember\b)"
+            _LEAD
+            + r"(?:forget\s+(?:that|this|about|what\s+i\s+(?:said|told|wrote|mentioned))\b"
+            + rf"|{_NOT}\s+remember\b)"
             r"|\bplease\s+forget\b",
             re.IGNORECASE,
         ),

@@ -320,6 +320,15 @@ def step_merge_small_clusters(
     ).fetchall()
     deleted = merged_to_sibling = merged_to_root = moved_nodes = 0
     for cluster_id, parent_id, vector, _active in small:
+        # An earlier merge in this loop may have grown this cluster past the limit (it stays)
+        # or changed its centre: judge it as it is now, not as it was before the loop.
+        vector, active = con.execute(
+            "SELECT c.vector, count(n.node_id) FILTER (WHERE n.status = 'active') FROM clusters c "
+            "LEFT JOIN nodes n ON n.cluster_id = c.cluster_id WHERE c.cluster_id = ? GROUP BY ALL",
+            [cluster_id],
+        ).fetchall()[0]
+        if active > params.small_cluster_max_active:
+            continue
         target = parent_id
         if vector is not None:
             siblings = con.execute(

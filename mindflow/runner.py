@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
-from mindflow.inbox import pending_days, validate_being_id
+from mindflow.inbox import pending_days, plan_ranges, validate_being_id
 from mindflow.models import utcnow
 
 JOBS = ("ingest", "patrol", "decay")
@@ -31,8 +31,18 @@ telemetry:
   enabled: false
 """
 # The CLI prints one line per run; the full event log is in the UI.
-_QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+_QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+# What a run changed, as the CLI prints it: metadata keys per asset.
+SUMMARY_KEYS = {
+    "episodes": ("new", "duplicates", "quarantined", "heartbeats_skipped"),
+    "nodes": ("new", "dying", "revived"),
+    "clusters": ("merged_to_sibling", "merged_to_root", "deleted"),
+    "decay_scores": ("active", "fading", "dormant", "archived"),
+    "memories": ("upserted", "deleted"),
+}
 
 
 @dataclass
@@ -41,6 +51,7 @@ class RunSummary:
     partition: str
     run_id: str
     success: bool
+    changes: str = ""
 
 
 def prepare_instance(settings: Settings) -> Path:
@@ -91,28 +102,17 @@ def run_job(
         raise MindflowError(f"unknown job {job!r}; use one of: {', '.join(JOBS)}")
     if being is not None:
         validate_being_id(being)
-    prepare_instance(settings)
-    import warnings
-
-    import dagster as dg
-
-    warnings.filterwarnings("ignore", category=dg.BetaWarning)
-
-    defs = _definitions()
-    instance = dg.DagsterInstance.get()
-    job_def = defs.resolve_job_def(job)
+    # Everything a user can get wrong is checked before Dagster is imported (seconds).
     runs: list[tuple[str, dict]] = []
     if job == "ingest":
         if being is not None:
             raise MindflowError("ingest covers every being's inbox; drop --being")
         if partition:
-            first, last = _day_range(partition)
+            ranges = [_day_range(partition)]
         else:
-            days = sorted({d for ds in pending_days(settings.inbox).values() for d in ds})
-            if not days:
-                return []
-            first, last = days[0], days[-1]
-        runs.append(
+            days = [d for ds in pending_days(settings.inbox).values() for d in ds]
+            ranges = plan_ranges(days, settings.ingest_max_gap_days)
+        runs.extend(
             (
                 f"{first}...{last}",
                 {
@@ -122,34 +122,44 @@ def run_job(
                     }
                 },
             )
+            for first, last in ranges
         )
-    elif job == "patrol":
-        known = instance.get_dynamic_partitions("beings")
-        if partition and being and partition != being:
-            raise MindflowError("give the being either as --being or as --partition, not both")
-        wanted = being or partition
-        if wanted:
-            if wanted not in known:
-                raise MindflowError(
-                    f"unknown being {wanted!r}: it has no ingested episodes yet "
-                    f"(known: {', '.join(known) or 'none'})"
-                )
-            targets = [wanted]
-        else:
-            targets = list(known)
-        runs.extend((b, {"partition_key": b}) for b in targets)
-    else:
+    elif job == "decay":
         if being is not None:
             raise MindflowError("decay covers every being; drop --being")
         day = _day_range(partition)[0] if partition else utcnow().date()
         runs.append((day.isoformat(), {"partition_key": day.isoformat()}))
+    elif partition and being and partition != being:
+        raise MindflowError("give the being either as --being or as --partition, not both")
+    elif partition:
+        validate_being_id(partition)
+
+    prepare_instance(settings)
+    import warnings
+
+    import dagster as dg
+
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
+    instance = dg.DagsterInstance.get()
+    if job == "patrol":
+        known = instance.get_dynamic_partitions("beings")
+        wanted = being or partition
+        if wanted and wanted not in known:
+            raise MindflowError(
+                f"unknown being {wanted!r}: it has no ingested episodes yet "
+                f"(known: {', '.join(known) or 'none'})"
+            )
+        runs.extend((b, {"partition_key": b}) for b in ([wanted] if wanted else known))
+    if not runs:
+        return []
+    job_def = _definitions().resolve_job_def(job)
 
     summaries = []
     for label, kwargs in runs:
         result = job_def.execute_in_process(
             instance=instance, raise_on_error=False, run_config=_QUIET, **kwargs
         )
-        summaries.append(RunSummary(job, label, result.run_id, result.success))
+        summaries.append(RunSummary(job, label, result.run_id, result.success, _changes(result)))
         if not result.success:
             failure = next((e for e in result.all_events if e.is_failure and e.event_specific_data), None)
             detail = ""
@@ -157,8 +167,26 @@ def run_job(
             while error is not None and error.cause is not None:
                 error = error.cause  # the user's error, not Dagster's wrapper around it
             if error is not None:
-                detail = ": " + error.message.strip().splitlines()[0]
+                # Keep the lines after the first: a failed check names itself there.
+                lines = [line.strip() for line in error.message.strip().splitlines() if line.strip()]
+                detail = ": " + " ".join(lines[:5])
             raise MindflowError(
                 f"{job} run {result.run_id} for {label} failed{detail} (see the Dagster UI: make dev)"
             )
     return summaries
+
+
+def _changes(result) -> str:
+    """`episodes: new=3 quarantined=1; nodes: new=3 ...` from the run's materializations."""
+    seen: dict[str, str] = {}
+    for event in result.all_events:
+        if not event.is_step_materialization:
+            continue
+        materialization = event.step_materialization_data.materialization
+        name = materialization.asset_key.to_user_string()
+        if name in seen or name not in SUMMARY_KEYS:
+            continue
+        meta = materialization.metadata
+        parts = [f"{k}={meta[k].value}" for k in SUMMARY_KEYS[name] if k in meta]
+        seen[name] = f"{name}: {' '.join(parts)}"
+    return "; ".join(seen.values())

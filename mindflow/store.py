@@ -259,7 +259,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         "CREATE TABLE IF NOT EXISTS schema_version ("
         " version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
     )
-    current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+    current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchall()[0][0]
     applied = 0
     for version, description, statements in MIGRATIONS:
         if version <= current:
@@ -327,7 +327,7 @@ def _open(path: Path, *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
 
 
 def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
 
 
 @contextlib.contextmanager

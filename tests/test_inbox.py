@@ -13,9 +13,13 @@ import pytest
 from mindflow.errors import MindflowError
 from mindflow.inbox import DONE, QUARANTINE, ingest, land_file, pending_files
 
-
 SAMPLES = Path(__file__).resolve().parent.parent / "data" / "samples"
-OCT = lambda d: date(2026, 10, d)  # noqa: E731 - the sample month, spelled short
+
+
+def OCT(day: int) -> date:  # noqa: N802 - a day of the sample month, spelled short
+    return date(2026, 10, day)
+
+
 PROBE = (
     "Read HEARTBEAT.md if it exists (workspace context). Follow it strictly. "
     "If nothing needs attention, reply HEARTBEAT_OK."
@@ -68,7 +72,11 @@ def quarantine_records(inbox: Path, being_id: str) -> list[dict]:
 
 
 def files_in(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    return (
+        sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        if folder.is_dir()
+        else []
+    )
 
 
 # --------------------------------------------------------------------------- the three formats
@@ -79,26 +87,57 @@ def test_each_format_lands_as_episodes_with_their_fields(settings, con):
     write_jsonl(
         inbox / "ada" / "log.jsonl",
         [
-            turn(12, "Let's use PKCE for the login.", id="c-1", kind="decision", importance=0.8,
-                 session_id="s-1", tags=["auth"]),
+            turn(
+                12,
+                "Let's use PKCE for the login.",
+                id="c-1",
+                kind="decision",
+                importance=0.8,
+                session_id="s-1",
+                tags=["auth"],
+            ),
             # 01:30 at +02:00 is still the 12th in UTC: the day follows UTC.
-            {"ts": "2026-10-13T01:30:00+02:00", "speaker": "ada", "role": "assistant",
-             "text": "Please remember that deploys happen on Thursdays.", "confidence": 1},
+            {
+                "ts": "2026-10-13T01:30:00+02:00",
+                "speaker": "ada",
+                "role": "assistant",
+                "text": "Please remember that deploys happen on Thursdays.",
+                "confidence": 1,
+            },
         ],
     )
     write_jsonl(
         inbox / "ada" / "transcript.jsonl",
         [
             {"type": "session", "version": 3, "id": "oc-7", "timestamp": "2026-10-14T09:00:00Z"},
-            {"type": "message", "id": "m1", "timestamp": "2026-10-14T09:00:03.120Z",
-             "message": {"role": "user", "content": [{"type": "text", "text": "Can you rerun the flaky test?"}]}},
-            {"type": "message", "id": "m2", "timestamp": "2026-10-14T09:00:06Z",
-             "message": {"role": "assistant", "content": [
-                 {"type": "thinking", "thinking": "Run it fifty times."},
-                 {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "pytest"}},
-                 {"type": "text", "text": "Running it fifty times now."}]}},
-            {"type": "message", "id": "m3", "timestamp": "2026-10-14T09:00:09Z",
-             "message": {"role": "toolResult", "content": [{"type": "text", "text": "50 passed"}]}},
+            {
+                "type": "message",
+                "id": "m1",
+                "timestamp": "2026-10-14T09:00:03.120Z",
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "Can you rerun the flaky test?"}],
+                },
+            },
+            {
+                "type": "message",
+                "id": "m2",
+                "timestamp": "2026-10-14T09:00:06Z",
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "Run it fifty times."},
+                        {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "pytest"}},
+                        {"type": "text", "text": "Running it fifty times now."},
+                    ],
+                },
+            },
+            {
+                "type": "message",
+                "id": "m3",
+                "timestamp": "2026-10-14T09:00:09Z",
+                "message": {"role": "toolResult", "content": [{"type": "text", "text": "50 passed"}]},
+            },
             {"type": "model_change", "id": "mc1", "timestamp": "2026-10-14T09:01:00Z", "modelId": "x"},
         ],
     )
@@ -119,14 +158,23 @@ def test_each_format_lands_as_episodes_with_their_fields(settings, con):
     assert report.new_per_being == {"ada": 4, "bram": 2}
     rows = episodes_by_ref(con)
     assert set(rows) == {
-        "log.jsonl:1", "log.jsonl:2", "transcript.jsonl:2", "transcript.jsonl:3",
-        "2026-10-20.md:2", "2026-10-20.md:4",
+        "log.jsonl:1",
+        "log.jsonl:2",
+        "transcript.jsonl:2",
+        "transcript.jsonl:3",
+        "2026-10-20.md:2",
+        "2026-10-20.md:4",
     }
 
     pkce = rows["log.jsonl:1"]
     assert (pkce["being_id"], pkce["episode_id"], pkce["session_id"]) == ("ada", "c-1", "s-1")
     assert (pkce["ts"], pkce["day"]) == (datetime(2026, 10, 12, 10, 0), OCT(12))
-    assert (pkce["speaker"], pkce["role"], pkce["kind"], pkce["importance"]) == ("lena", "user", "decision", 0.8)
+    assert (pkce["speaker"], pkce["role"], pkce["kind"], pkce["importance"]) == (
+        "lena",
+        "user",
+        "decision",
+        0.8,
+    )
     assert (pkce["tags"], pkce["trigger"], pkce["format"]) == (["auth"], None, "jsonl")
 
     deploy = rows["log.jsonl:2"]
@@ -255,7 +303,9 @@ def test_the_same_client_id_in_two_beings_gives_two_rows(settings, con):
     report = ingest(con, settings.inbox, OCT(12), OCT(12))
 
     assert report.new_per_being == {"ada": 1, "bram": 1}
-    rows = con.execute("SELECT being_id, text FROM episodes WHERE episode_id = 't-0001' ORDER BY 1").fetchall()
+    rows = con.execute(
+        "SELECT being_id, text FROM episodes WHERE episode_id = 't-0001' ORDER BY 1"
+    ).fetchall()
     assert rows == [("ada", "ada's first line"), ("bram", "bram's first line")]
 
 
@@ -301,13 +351,19 @@ def test_a_partial_range_ingests_only_its_days_and_leaves_the_file_pending(setti
 def test_a_backfill_rederives_a_day_from_done_files(settings, con):
     write_jsonl(
         settings.inbox / "ada" / "week.jsonl",
-        [turn(12, "monday"), turn(13, "tuesday", id="c-2", kind="fact", importance=0.7), turn(14, "wednesday")],
+        [
+            turn(12, "monday"),
+            turn(13, "tuesday", id="c-2", kind="fact", importance=0.7),
+            turn(14, "wednesday"),
+        ],
     )
     (settings.inbox / "bram").mkdir()
     (settings.inbox / "bram" / "2026-10-13.md").write_text("- [event|i=0.5] Ran 10 km by the canal\n")
     ingest(con, settings.inbox, OCT(12), OCT(14))
     assert pending_files(settings.inbox) == []
-    before = con.execute("SELECT * EXCLUDE (ingested_at) FROM episodes WHERE day = ? ORDER BY ALL", [OCT(13)]).fetchall()
+    before = con.execute(
+        "SELECT * EXCLUDE (ingested_at) FROM episodes WHERE day = ? ORDER BY ALL", [OCT(13)]
+    ).fetchall()
     assert len(before) == 2
 
     con.execute("DELETE FROM episodes WHERE day = ?", [OCT(13)])
@@ -315,7 +371,9 @@ def test_a_backfill_rederives_a_day_from_done_files(settings, con):
     report = ingest(con, settings.inbox, OCT(13), OCT(13))
 
     assert report.new == 2
-    after = con.execute("SELECT * EXCLUDE (ingested_at) FROM episodes WHERE day = ? ORDER BY ALL", [OCT(13)]).fetchall()
+    after = con.execute(
+        "SELECT * EXCLUDE (ingested_at) FROM episodes WHERE day = ? ORDER BY ALL", [OCT(13)]
+    ).fetchall()
     assert after == before
     assert count(con) == 4
     assert files_in(settings.inbox / DONE) == ["ada/week.jsonl", "bram/2026-10-13.md"]
@@ -452,7 +510,10 @@ def test_the_sample_inbox_ingests_to_the_documented_counts(sample_inbox, con):
     }
     assert report.new_per_being == {"ada": 162 + openclaw_episodes, "bram": 126 + 23}
     md_counts = dict(
-        con.execute("SELECT split_part(source_ref, ':', 1), count(*) FROM episodes WHERE format = 'daily-md' GROUP BY 1").fetchall()
+        con.execute(
+            "SELECT split_part(source_ref, ':', 1), count(*) FROM episodes "
+            "WHERE format = 'daily-md' GROUP BY 1"
+        ).fetchall()
     )
     assert md_counts == {"2026-10-20.md": 12, "2026-10-27.md": 11}
 
@@ -471,12 +532,15 @@ def test_the_sample_inbox_ingests_to_the_documented_counts(sample_inbox, con):
 
     # Client ids are unique per being only: t-0001..t-0003 exist in both.
     shared = con.execute(
-        "SELECT episode_id, count(DISTINCT being_id) FROM episodes WHERE episode_id IN ('t-0001', 't-0002', 't-0003') GROUP BY 1"
+        "SELECT episode_id, count(DISTINCT being_id) FROM episodes "
+        "WHERE episode_id IN ('t-0001', 't-0002', 't-0003') GROUP BY 1"
     ).fetchall()
     assert sorted(shared) == [("t-0001", 2), ("t-0002", 2), ("t-0003", 2)]
 
     # The explicit memory instructions the README lists, and no others.
-    triggers = set(con.execute("SELECT source_ref, trigger FROM episodes WHERE trigger IS NOT NULL").fetchall())
+    triggers = set(
+        con.execute("SELECT source_ref, trigger FROM episodes WHERE trigger IS NOT NULL").fetchall()
+    )
     listed = set(re.findall(r"(reflect|remember|forget) `([^`]+)`", _readme()))
     push = con.execute(
         "SELECT source_ref FROM episodes WHERE text LIKE '%Please remember that I push my own branches%'"

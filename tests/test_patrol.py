@@ -123,8 +123,8 @@ def node(con, node_id):
     row = con.execute(
         "SELECT status, session_count, cluster_id, importance, pinned FROM nodes WHERE node_id = ?",
         [node_id],
-    ).fetchone()
-    return dict(zip(["status", "session_count", "cluster_id", "importance", "pinned"], row))
+    ).fetchall()[0]
+    return dict(zip(["status", "session_count", "cluster_id", "importance", "pinned"], row, strict=True))
 
 
 def set_node(con, node_id, **values):
@@ -149,7 +149,7 @@ def active_vectors(con, cluster_id):
 
 
 def cluster_vector(con, cluster_id):
-    v = con.execute("SELECT vector FROM clusters WHERE cluster_id = ?", [cluster_id]).fetchone()[0]
+    v = con.execute("SELECT vector FROM clusters WHERE cluster_id = ?", [cluster_id]).fetchall()[0][0]
     return None if v is None else np.asarray(v, dtype=np.float64)
 
 
@@ -158,13 +158,18 @@ def cluster_vector(con, cluster_id):
 
 def test_scenes_one_per_episode_with_clamped_importance(con):
     episodes = [
-        episode(ADA, "a1", "I moved to Oslo last week.", importance=0.8,
-                ts=datetime(2026, 1, 5, 23, 59, 59)),
+        episode(ADA, "a1", "I moved to Oslo last week.", importance=0.8, ts=datetime(2026, 1, 5, 23, 59, 59)),
         episode(ADA, "a2", "Tea is better than coffee.", importance=None),
         episode(ADA, "a3", "The release is on Friday.", importance=1.7, speaker="mia"),
         episode(ADA, "a4", "Nothing matters much today.", importance=-0.2),
-        episode(ADA, "a5", "Said by nobody in particular.", speaker=None, role="assistant",
-                ts=datetime(2026, 2, 1, 0, 0, 0)),
+        episode(
+            ADA,
+            "a5",
+            "Said by nobody in particular.",
+            speaker=None,
+            role="assistant",
+            ts=datetime(2026, 2, 1, 0, 0, 0),
+        ),
     ]
     insert_episodes(con, episodes)
 
@@ -177,26 +182,61 @@ def test_scenes_one_per_episode_with_clamped_importance(con):
         [ADA],
     ).fetchall()
     assert rows == [
-        (["a1"], "I moved to Oslo last week.", ["sam"], [{"date": "2026-01-05", "action": None}],
-         0.8, "mechanical", "ok"),
-        (["a2"], "Tea is better than coffee.", ["sam"], [{"date": "2026-01-05", "action": None}],
-         0.5, "mechanical", "ok"),
-        (["a3"], "The release is on Friday.", ["mia"], [{"date": "2026-01-05", "action": None}],
-         1.0, "mechanical", "ok"),
-        (["a4"], "Nothing matters much today.", ["sam"], [{"date": "2026-01-05", "action": None}],
-         0.0, "mechanical", "ok"),
-        (["a5"], "Said by nobody in particular.", ["assistant"],
-         [{"date": "2026-02-01", "action": None}], 0.5, "mechanical", "ok"),
+        (
+            ["a1"],
+            "I moved to Oslo last week.",
+            ["sam"],
+            [{"date": "2026-01-05", "action": None}],
+            0.8,
+            "mechanical",
+            "ok",
+        ),
+        (
+            ["a2"],
+            "Tea is better than coffee.",
+            ["sam"],
+            [{"date": "2026-01-05", "action": None}],
+            0.5,
+            "mechanical",
+            "ok",
+        ),
+        (
+            ["a3"],
+            "The release is on Friday.",
+            ["mia"],
+            [{"date": "2026-01-05", "action": None}],
+            1.0,
+            "mechanical",
+            "ok",
+        ),
+        (
+            ["a4"],
+            "Nothing matters much today.",
+            ["sam"],
+            [{"date": "2026-01-05", "action": None}],
+            0.0,
+            "mechanical",
+            "ok",
+        ),
+        (
+            ["a5"],
+            "Said by nobody in particular.",
+            ["assistant"],
+            [{"date": "2026-02-01", "action": None}],
+            0.5,
+            "mechanical",
+            "ok",
+        ),
     ]
 
     again = step_scenes(con, ADA, NOW + timedelta(days=1))
     assert again.counts == {"new": 0}
-    assert con.execute("SELECT count(*) FROM scene_notes").fetchone()[0] == 5
+    assert con.execute("SELECT count(*) FROM scene_notes").fetchall()[0][0] == 5
 
     # A new episode later gets exactly one new scene; the old ones are not repeated.
     insert_episodes(con, [episode(ADA, "a6", "One more thing.")])
     assert step_scenes(con, ADA, NOW).counts == {"new": 1}
-    assert con.execute("SELECT count(*) FROM scene_notes").fetchone()[0] == 6
+    assert con.execute("SELECT count(*) FROM scene_notes").fetchall()[0][0] == 6
 
 
 def test_scenes_from_an_ingested_inbox_file(con, settings):
@@ -204,8 +244,13 @@ def test_scenes_from_an_ingested_inbox_file(con, settings):
     folder.mkdir(parents=True)
     lines = [
         {"id": "m1", "ts": "2026-01-05T08:00:00Z", "speaker": "sam", "text": "Booked the dentist."},
-        {"id": "m2", "ts": "2026-01-06T08:00:00Z", "speaker": "sam", "text": "Cancelled the gym.",
-         "importance": 0.9},
+        {
+            "id": "m2",
+            "ts": "2026-01-06T08:00:00Z",
+            "speaker": "sam",
+            "text": "Cancelled the gym.",
+            "importance": 0.9,
+        },
     ]
     (folder / "chat.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     assert ingest(con, settings.inbox, date(2026, 1, 5), date(2026, 1, 6), now=NOW).new == 2
@@ -263,7 +308,7 @@ def test_nodes_fresh_active_embedded_once(con, embedder):
     assert report.counts["new"] == 3
     # Two distinct node texts and the two root prototypes, nothing else.
     assert embedder.stats["embedded"] - before == 4
-    assert con.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] == 4
+    assert con.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == 4
     rows = con.execute(
         "SELECT source_episode_ids, fresh, status, session_count, pinned, importance, vector, "
         "created_at, episode_ts, kind FROM nodes ORDER BY source_episode_ids[1]"
@@ -279,9 +324,12 @@ def test_nodes_fresh_active_embedded_once(con, embedder):
         want = embed(embedder, expected_text[eid])
         assert np.allclose(np.asarray(vector), want, atol=1e-5), eid
     # Every node sits in one of its being's clusters.
-    assert con.execute(
-        "SELECT count(*) FROM nodes n JOIN clusters c USING (cluster_id) WHERE c.being_id = n.being_id"
-    ).fetchone()[0] == 3
+    assert (
+        con.execute(
+            "SELECT count(*) FROM nodes n JOIN clusters c USING (cluster_id) WHERE c.being_id = n.being_id"
+        ).fetchall()[0][0]
+        == 3
+    )
 
     # The cache lives in DuckDB: a brand-new embedder (fresh stats) finds every vector there.
     insert_episodes(con, [episode(ADA, "n4", DEPLOY[0], ts=TS + timedelta(hours=5))])
@@ -289,10 +337,11 @@ def test_nodes_fresh_active_embedded_once(con, embedder):
     fresh_embedder = Embedder()
     assert step_nodes(con, ADA, fresh_embedder, PARAMS, NOW).counts["new"] == 1
     assert fresh_embedder.stats["embedded"] == 0
-    assert con.execute("SELECT count(*) FROM embedding_cache").fetchone()[0] == 4
+    assert con.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0] == 4
     v1, v4 = (
-        np.asarray(con.execute(
-            "SELECT vector FROM nodes WHERE source_episode_ids[1] = ?", [e]).fetchone()[0])
+        np.asarray(
+            con.execute("SELECT vector FROM nodes WHERE source_episode_ids[1] = ?", [e]).fetchall()[0][0]
+        )
         for e in ("n1", "n4")
     )
     assert np.array_equal(v1, v4)
@@ -300,7 +349,7 @@ def test_nodes_fresh_active_embedded_once(con, embedder):
     # Nothing new: no node, no embedding.
     assert step_nodes(con, ADA, fresh_embedder, PARAMS, NOW).counts["new"] == 0
     assert fresh_embedder.stats["embedded"] == 0
-    assert con.execute("SELECT count(*) FROM nodes").fetchone()[0] == 4
+    assert con.execute("SELECT count(*) FROM nodes").fetchall()[0][0] == 4
 
 
 def test_new_node_joins_near_subcluster_else_closest_root(con, embedder):
@@ -323,9 +372,7 @@ def test_new_node_joins_near_subcluster_else_closest_root(con, embedder):
         other = "Private" if label == "Business" else "Business"
         assert float(v @ prototypes[label]) > float(v @ prototypes[other]) + 0.1
 
-    insert_episodes(
-        con, [episode(ADA, f"k{i}", t) for i, t in enumerate([*near, WORK, work2, PRIVATE])]
-    )
+    insert_episodes(con, [episode(ADA, f"k{i}", t) for i, t in enumerate([*near, WORK, work2, PRIVATE])])
     step_scenes(con, ADA, NOW)
     report = step_nodes(con, ADA, embedder, PARAMS, NOW)
 
@@ -342,9 +389,7 @@ def test_new_node_joins_near_subcluster_else_closest_root(con, embedder):
         assert np.allclose(cluster_vector(con, cid), active_vectors(con, cid).mean(axis=0), atol=1e-5)
 
     # A node that is no longer active leaves the mean.
-    work_node = con.execute(
-        "SELECT node_id FROM nodes WHERE scene.action = ?", [work2]
-    ).fetchone()[0]
+    work_node = con.execute("SELECT node_id FROM nodes WHERE scene.action = ?", [work2]).fetchall()[0][0]
     set_node(con, work_node, status="dying")
     patrol.recompute_cluster_vectors(con, ADA, NOW)
     assert len(active_vectors(con, business)) == 1
@@ -352,7 +397,7 @@ def test_new_node_joins_near_subcluster_else_closest_root(con, embedder):
     # ... and a cluster left with no active node has no centre.
     set_node(
         con,
-        con.execute("SELECT node_id FROM nodes WHERE scene.action = ?", [PRIVATE]).fetchone()[0],
+        con.execute("SELECT node_id FROM nodes WHERE scene.action = ?", [PRIVATE]).fetchall()[0][0],
         status="dead",
     )
     patrol.recompute_cluster_vectors(con, ADA, NOW)
@@ -581,19 +626,23 @@ def test_beings_never_share_clusters(con, embedder):
     assert bob_reports[2].counts["to_subcluster"] == 0
     mixed = con.execute(
         "SELECT count(*) FROM nodes n JOIN clusters c USING (cluster_id) WHERE c.being_id <> n.being_id"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     assert mixed == 0
-    assert con.execute(
-        "SELECT count(*) FROM nodes WHERE cluster_id IS NULL OR cluster_id NOT IN "
-        "(SELECT cluster_id FROM clusters)"
-    ).fetchone()[0] == 0
+    assert (
+        con.execute(
+            "SELECT count(*) FROM nodes WHERE cluster_id IS NULL OR cluster_id NOT IN "
+            "(SELECT cluster_id FROM clusters)"
+        ).fetchall()[0][0]
+        == 0
+    )
     ada, bob = cluster_of(con, ADA), cluster_of(con, BOB)
     assert {ada[t] for t in DEPLOY} == {"c-ada-deploy"}
     assert {bob[t] for t in DEPLOY} == {root_cluster_id(BOB, "Business")}
     assert bob[PRIVATE] == root_cluster_id(BOB, "Private")
-    assert con.execute(
-        "SELECT being_id, count(*) FROM scene_notes GROUP BY 1 ORDER BY 1"
-    ).fetchall() == [(ADA, 5), (BOB, 5)]
+    assert con.execute("SELECT being_id, count(*) FROM scene_notes GROUP BY 1 ORDER BY 1").fetchall() == [
+        (ADA, 5),
+        (BOB, 5),
+    ]
     # Ada's cluster centre is made of Ada's nodes only.
     assert np.allclose(
         cluster_vector(con, "c-ada-deploy"), active_vectors(con, "c-ada-deploy").mean(axis=0), atol=1e-5
@@ -609,10 +658,10 @@ def test_run_patrol_twice_is_stable_and_advances_sessions(con, embedder):
 
     def snapshot():
         return {
-            "nodes": con.execute("SELECT count(*) FROM nodes").fetchone()[0],
+            "nodes": con.execute("SELECT count(*) FROM nodes").fetchall()[0][0],
             "clusters": sorted(r[0] for r in con.execute("SELECT cluster_id FROM clusters").fetchall()),
-            "scenes": con.execute("SELECT count(*) FROM scene_notes").fetchone()[0],
-            "cache": con.execute("SELECT count(*) FROM embedding_cache").fetchone()[0],
+            "scenes": con.execute("SELECT count(*) FROM scene_notes").fetchall()[0][0],
+            "cache": con.execute("SELECT count(*) FROM embedding_cache").fetchall()[0][0],
             "placement": cluster_of(con, ADA),
         }
 

@@ -1,0 +1,185 @@
+"""Tests for the `mindflow` command, run as a user runs it: a subprocess with its own MINDFLOW_HOME."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "data" / "samples" / "inbox"
+MINDFLOW = REPO / ".venv" / "bin" / "mindflow"
+
+
+def env_for(home: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "MINDFLOW_HOME": str(home),
+        "DAGSTER_HOME": str(home / "dagster"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
+def start(home: Path, *args: str) -> subprocess.Popen:
+    home.mkdir(parents=True, exist_ok=True)
+    # The working directory is the home too, so no `.env` of the repository leaks in.
+    return subprocess.Popen(
+        [str(MINDFLOW), *args],
+        env=env_for(home),
+        cwd=home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def mindflow(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    proc = start(home, *args)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+# --------------------------------------------------------------------------- error paths
+
+ERROR_CASES = {
+    "ingest-missing-file": (["ingest", "{home}/nowhere.jsonl", "--being", "ada"], "no such file"),
+    "ingest-bad-being": (
+        ["ingest", f"{SAMPLES}/bram/2026-10-20.md", "--being", "../etc"],
+        "invalid being id '../etc'",
+    ),
+    "ingest-upper-case-being": (
+        ["ingest", f"{SAMPLES}/bram/2026-10-20.md", "--being", "Bram"],
+        "invalid being id 'Bram'",
+    ),
+    "ingest-bad-format": (
+        ["ingest", f"{SAMPLES}/bram/2026-10-20.md", "--being", "bram", "--format", "csv"],
+        "unknown format 'csv'; use one of: jsonl, openclaw, daily-md",
+    ),
+    "run-unknown-job": (
+        ["run", "consolidate"],
+        "unknown job 'consolidate'; use one of: ingest, patrol, decay",
+    ),
+    "run-patrol-unknown-being": (["run", "patrol", "--being", "ghost"], "unknown being 'ghost'"),
+    "run-decay-bad-day": (["run", "decay", "--partition", "2026-13-01"], "invalid day '2026-13-01'"),
+    "run-ingest-reversed-range": (
+        ["run", "ingest", "--partition", "2026-10-05...2026-10-01"],
+        "the end is before the start",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def error_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
+    """Every error case at once, each in its own empty MINDFLOW_HOME (they are independent)."""
+    root = tmp_path_factory.mktemp("errors")
+    procs = {}
+    for name, (args, _) in ERROR_CASES.items():
+        home = root / name
+        procs[name] = (start(home, *[a.format(home=home) for a in args]), home)
+    results = {}
+    for name, (proc, home) in procs.items():
+        out, err = proc.communicate(timeout=240)
+        results[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, out, err), home)
+    return results
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_errors_are_one_line_on_stderr_and_a_failing_exit_code(error_runs, case):
+    result, home = error_runs[case]
+    expected = ERROR_CASES[case][1]
+
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0]
+    assert result.stdout == ""
+    # Nothing was landed or stored by a refused command.
+    inbox = home / "inbox"
+    assert not inbox.exists() or not any(p.is_file() for p in inbox.rglob("*"))
+    assert not (home / "mindflow.duckdb").exists()
+
+
+# --------------------------------------------------------------------------- status and the happy path
+
+
+def test_status_without_data_prints_a_hint(tmp_path):
+    result = mindflow(tmp_path / "home", "status")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("no memory yet in ")
+    assert "mindflow ingest" in result.stdout and "mindflow run ingest" in result.stdout
+    assert not (tmp_path / "home" / "mindflow.duckdb").exists()
+
+
+def parse_table(text: str) -> dict[str, dict[str, str]]:
+    """The rows of `mindflow status`, keyed by being, then by column."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = lines[0].split()
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    return {row.split()[0]: dict(zip(header, row.split(), strict=True)) for row in lines[2:]}
+
+
+def test_land_run_and_status(tmp_path):
+    home = tmp_path / "home"
+
+    landed = mindflow(home, "ingest", str(SAMPLES / "bram" / "2026-10-27.md"), "--being", "bram")
+    assert landed.returncode == 0, landed.stderr
+    target = home / "inbox" / "bram" / "2026-10-27.md"
+    assert landed.stdout.strip() == (
+        f"landed {target}: 11 episodes, 1 malformed lines (quarantined when ingested), "
+        "0 heartbeats skipped, days 2026-10-27 .. 2026-10-27"
+    )
+    assert target.read_bytes() == (SAMPLES / "bram" / "2026-10-27.md").read_bytes()
+    landed = mindflow(
+        home,
+        "ingest",
+        str(SAMPLES / "ada" / "2026-10-31-openclaw.jsonl"),
+        "--being",
+        "ada",
+        "--format",
+        "openclaw",
+    )
+    assert landed.returncode == 0, landed.stderr
+    assert re.search(
+        r": 26 episodes, 0 malformed lines .*2 heartbeats skipped, days 2026-10-31 .. 2026-10-31$",
+        landed.stdout.strip(),
+    )
+
+    ingested = mindflow(home, "run", "ingest")
+    assert ingested.returncode == 0, ingested.stderr
+    run_line, changes = ingested.stdout.strip().splitlines()
+    assert re.fullmatch(r"ingest \[2026-10-27\.\.\.2026-10-31\] run [0-9a-f-]{36}: ok", run_line)
+    # 26 OpenClaw messages and 11 daily-log entries; the log's malformed heading is quarantined.
+    assert changes.strip() == "episodes: new=37 duplicates=0 quarantined=1 heartbeats_skipped=2"
+
+    # Two independent commands at once, to spare a Dagster start-up.
+    procs = [start(home, "run", "ingest"), start(home, "run", "patrol", "--being", "brum")]
+    (again_out, again_err), (typo_out, typo_err) = (p.communicate(timeout=240) for p in procs)
+    assert procs[0].returncode == 0, again_err
+    assert again_out.strip() == "ingest: nothing to do (no pending inbox file)"
+    # Patrol of a misspelt being says which beings exist.
+    assert procs[1].returncode == 1 and typo_out == ""
+    assert (
+        typo_err.strip() == "error: unknown being 'brum': it has no ingested episodes yet (known: ada, bram)"
+    )
+
+    patrolled = mindflow(home, "run", "patrol")
+    assert patrolled.returncode == 0, patrolled.stderr
+    run_lines = [line for line in patrolled.stdout.strip().splitlines() if not line.startswith("  ")]
+    assert [line.split(" run ")[0] for line in run_lines] == ["patrol [ada]", "patrol [bram]"]
+    assert all(line.endswith(": ok") for line in run_lines)
+    assert "  nodes: new=26 dying=0 revived=0;" in patrolled.stdout
+
+    status = mindflow(home, "status")
+    assert status.returncode == 0, status.stderr
+    rows = parse_table(status.stdout)
+    assert set(rows) == {"ada", "bram"}
+    assert (rows["ada"]["episodes"], rows["bram"]["episodes"]) == ("26", "11")
+    assert (rows["ada"]["nodes"], rows["bram"]["nodes"]) == ("26", "11")
+    assert int(rows["ada"]["clusters"]) >= 2 and int(rows["bram"]["clusters"]) >= 2
