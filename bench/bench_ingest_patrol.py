@@ -61,24 +61,42 @@ def main() -> int:
     instance = dg.DagsterInstance.get()
     inside = sum(step_seconds(instance, r.run_id) for r in runs)
 
-    # A second run with no new data: re-derive the same days, patrol every being again.
-    days = "2022-01-01...2024-12-31"
+    # A second cycle with no new data: nothing is pending, so ingestion has nothing to
+    # run; the nightly patrol still visits every being.
     t0 = time.perf_counter()
-    runs2 = run_job(settings, "ingest", partition=days) + run_job(settings, "patrol")
+    runs2 = run_job(settings, "ingest") + run_job(settings, "patrol")
     second_wall = time.perf_counter() - t0
     second_inside = sum(step_seconds(instance, r.run_id) for r in runs2)
+    # A backfill that re-derives every day of the data from the landed files.
+    first_day, last_day = (
+        min(t["ts"][:10] for p in locomo.conversations() for t in locomo.turns(p)),
+        max(t["ts"][:10] for p in locomo.conversations() for t in locomo.turns(p)),
+    )
+    t0 = time.perf_counter()
+    backfill = run_job(settings, "ingest", partition=f"{first_day}...{last_day}")
+    backfill_wall = time.perf_counter() - t0
+    backfill_inside = sum(step_seconds(instance, r.run_id) for r in backfill)
+    ingest_runs = [r for r in runs if r.job == "ingest"]
 
     print("## ingest + patrol on LoCoMo (5 conversations)")
     print(f"turns                              {turns}")
     print(f"raw embedding of the same texts    {raw:8.2f} s   ({turns / raw:7.1f} texts/s)  baseline")
     print(
         f"ingest + patrol, end to end        {end_to_end:8.2f} s   ({turns / end_to_end:7.1f} turns/s)"
-        f"  ratio {end_to_end / raw:.2f}x (target <= 1.3x)"
+        f"  {end_to_end / raw:.2f}x baseline (target <= 1.3x)"
     )
-    print(f"  of which inside the assets       {inside:8.2f} s   ratio {inside / raw:.2f}x")
+    print(f"  of which inside the assets       {inside:8.2f} s   {inside / raw:.2f}x baseline")
     print(
-        f"second run, no new data: assets   {second_inside:8.2f} s   (target <= 3 s; wall {second_wall:.2f} s"
-        f" for {len(runs2)} Dagster runs)"
+        f"  Dagster runs                     {len(ingest_runs)} ingest ({', '.join(r.partition for r in ingest_runs)}),"
+        f" {len(runs) - len(ingest_runs)} patrol"
+    )
+    print(
+        f"second cycle, no new data          {second_inside:8.2f} s inside the assets (target <= 3 s);"
+        f" wall {second_wall:.2f} s for {len(runs2)} Dagster runs"
+    )
+    print(
+        f"backfill re-deriving {first_day}..{last_day}: {backfill_inside:8.2f} s inside the asset,"
+        f" wall {backfill_wall:.2f} s (one event per daily partition)"
     )
     return 0
 

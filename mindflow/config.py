@@ -27,8 +27,10 @@ class Settings(BaseSettings):
     )
     embedding_batch_size: int = 64
     ingest_max_gap_days: int = Field(
-        default=30,
-        description="An ingest of pending files starts a new run where their days lie further apart.",
+        default=120,
+        description="An ingest of pending files starts a new run where their days lie further apart: "
+        "Dagster records ~17 ms per daily partition and ~2.5 s per run, so shorter gaps cost less "
+        "as one run.",
     )
     duckdb_lock_timeout_s: float = Field(
         default=600.0, description="How long a job waits for another process holding the DuckDB file."

@@ -149,7 +149,21 @@ def run_job(
                 f"unknown being {wanted!r}: it has no ingested episodes yet "
                 f"(known: {', '.join(known) or 'none'})"
             )
-        runs.extend((b, {"partition_key": b}) for b in ([wanted] if wanted else known))
+        if wanted:
+            runs.append((wanted, {"partition_key": wanted}))
+        elif known:
+            # Every being in one run: the model loads once and memories publish once.
+            runs.append(
+                (
+                    f"{known[0]}...{known[-1]}" if len(known) > 1 else known[0],
+                    {
+                        "tags": {
+                            "dagster/asset_partition_range_start": known[0],
+                            "dagster/asset_partition_range_end": known[-1],
+                        }
+                    },
+                )
+            )
     if not runs:
         return []
     job_def = _definitions().resolve_job_def(job)

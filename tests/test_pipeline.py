@@ -170,16 +170,15 @@ def test_the_whole_graph_twice_gives_identical_counts(pipeline):
 def test_runs_are_recorded_and_every_check_passed(pipeline, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(pipeline.home / "dagster"))
     assert all(s.success for s in pipeline.summaries)
-    # Per round: one ingest run, one patrol run per being, one decay run.
-    assert [(s.job, s.partition) for s in pipeline.summaries[:4]] == [
+    # Per round: one ingest run, one patrol run over every being, one decay run.
+    assert [(s.job, s.partition) for s in pipeline.summaries[:3]] == [
         ("ingest", "2026-10-12...2026-10-31"),
-        ("patrol", "ada"),
-        ("patrol", "bram"),
+        ("patrol", "ada...bram"),
         ("decay", utcnow().date().isoformat()),
     ]
     instance = dg.DagsterInstance.get()
     runs = instance.get_runs()
-    assert len(runs) == 8
+    assert len(runs) == 6
     assert {r.run_id for r in runs} == {s.run_id for s in pipeline.summaries}
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
     assert sorted(instance.get_dynamic_partitions("beings")) == ["ada", "bram"]
@@ -188,10 +187,10 @@ def test_runs_are_recorded_and_every_check_passed(pipeline, monkeypatch):
         records = check_records(instance, asset, name)
         assert records, (asset, name)
         assert all(r.evaluation is not None and r.evaluation.passed for r in records), (asset, name)
-    # The patrol checks ran in every patrol run (one per being and round), decay's in every decay run.
+    # The patrol checks ran in every patrol run (one per round), decay's in every decay run.
     patrol_runs = {s.run_id for s in pipeline.summaries if s.job == "patrol"}
     decay_runs = {s.run_id for s in pipeline.summaries if s.job == "decay"}
-    assert len(patrol_runs) == 4 and len(decay_runs) == 2
+    assert len(patrol_runs) == 2 and len(decay_runs) == 2
     assert {r.run_id for r in check_records(instance, "nodes", "nodes_in_own_beings_clusters")} == patrol_runs
     assert {r.run_id for r in check_records(instance, "clusters", "two_roots")} == patrol_runs
     assert {r.run_id for r in check_records(instance, "decay_scores", "scores_in_range")} == decay_runs
