@@ -87,7 +87,8 @@ def main() -> int:
     )
     print(f"  of which inside the assets       {inside:8.2f} s   {inside / raw:.2f}x baseline")
     print(
-        f"  Dagster runs                     {len(ingest_runs)} ingest ({', '.join(r.partition for r in ingest_runs)}),"
+        f"  Dagster runs                     {len(ingest_runs)} ingest"
+        f" ({', '.join(r.partition for r in ingest_runs)}),"
         f" {len(runs) - len(ingest_runs)} patrol"
     )
     print(
