@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import lancedb
@@ -12,10 +13,15 @@ import pyarrow as pa
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def literal(value: str | int | float | bool) -> str:
+def literal(value: str | int | float | bool | datetime) -> str:
     """A SQL literal for a LanceDB filter; strings are quoted with embedded quotes doubled."""
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
+    if isinstance(value, datetime):
+        # Stored timestamps are naive UTC.
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return f"TIMESTAMP '{value.isoformat(sep=' ', timespec='microseconds')}'"
     if isinstance(value, (int, float)):
         return repr(value)
     if not isinstance(value, str):
@@ -44,6 +50,24 @@ def where(**conditions: str | int | float | bool | Iterable[str]) -> str:
             else:
                 parts.append(f"{identifier(column)} IN ({', '.join(literal(v) for v in values)})")
     return " AND ".join(parts) if parts else "TRUE"
+
+
+def not_in(column: str, values: Iterable[str]) -> str:
+    values = list(values)
+    if not values:
+        return "TRUE"
+    return f"{identifier(column)} NOT IN ({', '.join(literal(v) for v in values)})"
+
+
+def compare(column: str, op: str, value: str | int | float | datetime) -> str:
+    if op not in ("<", "<=", ">", ">=", "=", "<>"):
+        raise ValueError(f"invalid operator {op!r}")
+    return f"{identifier(column)} {op} {literal(value)}"
+
+
+def all_of(*conditions: str) -> str:
+    """Conjunction of conditions built by the helpers above."""
+    return " AND ".join(f"({c})" for c in conditions if c and c != "TRUE") or "TRUE"
 
 
 def connect(path: Path):

@@ -12,6 +12,7 @@ from datetime import datetime
 import duckdb
 import numpy as np
 import pyarrow as pa
+from lancedb.index import FTS
 
 from mindflow import lance, store
 from mindflow.models import utcnow
@@ -79,7 +80,7 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
             batch = _to_lance(changed)
             if table is None:
                 table = db.create_table(TABLE, data=batch)
-                table.create_fts_index("text", replace=True)
+                table.create_index("text", config=FTS(), replace=True)
             else:
                 (
                     table.merge_insert("memory_ref")

@@ -1,0 +1,109 @@
+"""Retrieval primitives over the LanceDB `memories` table: vector, full-text, filters."""
+
+from __future__ import annotations
+
+import re
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+
+from mindflow import lance
+from mindflow.inbox import validate_being_id
+from mindflow.memories import TABLE
+from mindflow.recall.models import COLUMNS
+
+MAX_QUERY_TERMS = 32
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+# Words the full-text parser may read as operators.
+_OPERATORS = {"and", "or", "not"}
+_CONNECTIONS: dict[str, lancedb.DBConnection] = {}
+_LOCK = threading.Lock()
+
+
+def open_memories(lance_path: Path):
+    """The `memories` table, or None before the first publish.
+
+    The connection checks for a newer table version on every read, so a server
+    sees what the last job published without a restart.
+    """
+    key = str(lance_path)
+    with _LOCK:
+        db = _CONNECTIONS.get(key)
+        if db is None:
+            lance_path.mkdir(parents=True, exist_ok=True)
+            db = lancedb.connect(key, read_consistency_interval=timedelta(0))
+            _CONNECTIONS[key] = db
+    return lance.open_table(db, TABLE)
+
+
+def sanitize_fts_query(query: str) -> str:
+    """Plain words only: punctuation, operators and IDs like `-100123:45` cannot break the parser."""
+    words = [w for w in _WORD.findall(query or "") if w.lower() not in _OPERATORS]
+    return " ".join(words[:MAX_QUERY_TERMS]).lower()
+
+
+_KEYWORD = re.compile(r"[^\W_]+(?:[-:'’][^\W_]+)*", re.UNICODE)
+
+
+def keywords(query: str) -> list[str]:
+    """Lower-case keywords for substring search; dates like 2026-10-20 stay whole."""
+    return list(dict.fromkeys(w.lower() for w in _KEYWORD.findall(query or "")))[:MAX_QUERY_TERMS]
+
+
+def memory_filter(
+    being_id: str,
+    *,
+    statuses: tuple[str, ...] = ("active", "dying"),
+    exclude_refs: tuple[str, ...] | list[str] = (),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cluster_id: str | None = None,
+) -> str:
+    """The filter of every recall query: always scoped to one validated being."""
+    validate_being_id(being_id)
+    conditions = [lance.where(being_id=being_id, status=statuses)]
+    if exclude_refs:
+        conditions.append(lance.not_in("memory_ref", exclude_refs))
+    if since is not None:
+        conditions.append(lance.compare("ts", ">=", since))
+    if until is not None:
+        conditions.append(lance.compare("ts", "<=", until))
+    if cluster_id is not None:
+        conditions.append(lance.where(cluster_id=cluster_id))
+    return lance.all_of(*conditions)
+
+
+def vector_candidates(table, vector: np.ndarray, where: str, limit: int) -> pa.Table:
+    """Nearest memories by cosine, with `cosine` = 1 - distance."""
+    result = (
+        table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+        .distance_type("cosine")
+        .where(where, prefilter=True)
+        .select([*COLUMNS, "vector", "_distance"])
+        .limit(limit)
+        .to_arrow()
+    )
+    cosine = pa.compute.subtract(1.0, result.column("_distance"))
+    return result.append_column("cosine", cosine)
+
+
+def text_candidates(table, query: str, where: str, limit: int) -> pa.Table | None:
+    """BM25 matches of the sanitised query, or None when nothing is left to search for."""
+    terms = sanitize_fts_query(query)
+    if not terms:
+        return None
+    return (
+        table.search(terms, query_type="fts")
+        .where(where, prefilter=True)
+        .select([*COLUMNS, "vector", "_score"])
+        .limit(limit)
+        .to_arrow()
+    )
+
+
+def filtered_rows(table, where: str, limit: int | None) -> pa.Table:
+    return table.search().where(where).select([*COLUMNS, "vector"]).limit(limit).to_arrow()
