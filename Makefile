@@ -31,7 +31,7 @@ dev: install
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
 serve: install
-	@echo "the read API arrives with the recall issue"; exit 1
+	$(VENV)/bin/mindflow serve
 
 bench: install
 	$(PY) bench/run_all.py

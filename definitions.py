@@ -5,6 +5,7 @@ import dagster as dg
 from assets.clusters import clusters
 from assets.decay import decay_scores
 from assets.episodes import episodes
+from assets.facts import facts_graph
 from assets.memories import memories
 from assets.nodes import nodes, scene_notes
 from jobs.decay import decay_job, nightly_decay
@@ -14,7 +15,7 @@ from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResourc
 from sensors.inbox import inbox_sensor
 
 defs = dg.Definitions(
-    assets=[episodes, scene_notes, nodes, clusters, decay_scores, memories],
+    assets=[episodes, scene_notes, nodes, clusters, decay_scores, memories, facts_graph],
     jobs=[ingest_job, patrol_job, decay_job],
     schedules=[nightly_patrol, nightly_decay],
     sensors=[inbox_sensor],

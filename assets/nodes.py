@@ -64,7 +64,7 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
             description="No node sits in another being's cluster, or in no cluster at all.",
         )
     ],
-    **PATROL,
+    **(PATROL | {"code_version": "2"}),
 )
 def nodes(
     context: dg.AssetExecutionContext, duckdb: DuckDBResource, embeddings: EmbeddingResource
@@ -76,10 +76,13 @@ def nodes(
     context.log.info(patrol.BYOK_SKIP_MESSAGE)
     per_being: dict[str, dict[str, int]] = {}
     misplaced = 0
+    events_dir = duckdb.settings().events
     with duckdb.connect() as con:
         for being_id in context.partition_keys:
             now = utcnow()
+            folded = patrol.step_fold_events(con, being_id, events_dir, now)
             steps = [
+                folded,
                 patrol.ensure_roots(con, being_id, now),
                 patrol.step_nodes(con, being_id, embedder, params, now),
                 patrol.step_session_counts(con, being_id, now),
@@ -100,10 +103,12 @@ def nodes(
             ).fetchall()[0][0]
             per_being[being_id] = {
                 "nodes": sum(statuses.values()),
-                **steps[1].counts,
-                "sessions_advanced": steps[2].counts["advanced"],
-                "dying": steps[3].counts["dying"],
-                "revived": steps[4].counts["revived"],
+                "recall_events": folded.counts["events"],
+                "reinforced": folded.counts["reinforced"],
+                **steps[2].counts,
+                "sessions_advanced": steps[3].counts["advanced"],
+                "dying": steps[4].counts["dying"],
+                "revived": steps[5].counts["revived"],
                 "active_total": statuses.get("active", 0),
                 "dying_total": statuses.get("dying", 0),
                 "dead_total": statuses.get("dead", 0),
@@ -115,6 +120,8 @@ def nodes(
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": total("nodes"),
+            "recall_events": total("recall_events"),
+            "reinforced": total("reinforced"),
             "new": total("new"),
             "to_subcluster": total("to_subcluster"),
             "to_root": total("to_root"),

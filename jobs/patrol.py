@@ -1,4 +1,4 @@
-"""Job `patrol`: a being's scenes, nodes and clusters, then the published `memories`."""
+"""Job `patrol`: a being's scenes, nodes and clusters, then the published `memories` and `facts_graph`."""
 
 import dagster as dg
 
@@ -6,8 +6,8 @@ from assets.partitions import beings
 
 patrol_job = dg.define_asset_job(
     "patrol",
-    selection=["scene_notes", "nodes", "clusters", "memories"],
-    description="The patrol of one being's memory (steps ❶-❼), then publish recall rows.",
+    selection=["scene_notes", "nodes", "clusters", "facts_graph", "memories"],
+    description="The patrol of one being's memory (steps ❶-❼), then publish recall rows and the facts graph.",
     executor_def=dg.in_process_executor,
 )
 

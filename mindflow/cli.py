@@ -130,6 +130,32 @@ def demo(
     typer.echo(f"\nDagster runs are recorded in {settings.dagster_home}; browse them with `make dev`.")
 
 
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; beyond loopback only with API tokens."),
+    port: int = typer.Option(8765, "--port", help="TCP port."),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+) -> None:
+    """Serve the recall API (FastAPI under uvicorn) over LanceDB and the workspace; never opens DuckDB."""
+    from mindflow.api.auth import check_bind, parse_tokens
+
+    settings = load_settings()
+    try:
+        secret = settings.api_tokens.get_secret_value() if settings.api_tokens else None
+        check_bind(host, parse_tokens(secret))
+        from mindflow.embeddings import Embedder
+
+        # Loaded here, so a bad model setting is one line of error instead of a failed startup.
+        Embedder(model=settings.embedding_model).encode(["warm up"])
+    except MindflowError as exc:
+        _fail(exc)
+    import uvicorn
+
+    from mindflow.api import create_app
+
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+
+
 def main() -> None:
     app()
 

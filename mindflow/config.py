@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -35,6 +35,21 @@ class Settings(BaseSettings):
     duckdb_lock_timeout_s: float = Field(
         default=600.0, description="How long a job waits for another process holding the DuckDB file."
     )
+    api_tokens: SecretStr | None = Field(
+        default=None,
+        description="Bearer tokens of the read API, each scoped to beings: 'tokA=ada,bram;tokB=*'. "
+        "Without any, `mindflow serve` binds only to loopback.",
+    )
+    api_max_body_bytes: int = Field(default=1_048_576, description="Larger request bodies get 413.")
+    api_max_query_chars: int = Field(default=4_000, description="Longer recall queries get 422.")
+    api_max_episodes: int = Field(default=1_000, description="Episodes per POST episodes request.")
+    api_echo_recalls: int = Field(
+        default=25, description="Echo filter: refs shown in a session's last N recalls are not repeated."
+    )
+    api_echo_sessions: int = Field(
+        default=10_000, description="Sessions the echo filter remembers (least recently used dropped)."
+    )
+    api_query_cache: int = Field(default=2_048, description="Query vectors kept in memory (LRU).")
 
     @cached_property
     def resolved_home(self) -> Path:

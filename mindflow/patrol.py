@@ -1,4 +1,4 @@
-"""The mechanical patrol of a being's memory: steps ❶ ❷ ❸ ❺ ❼ of the seed.
+"""The mechanical patrol of a being's memory: steps ⓪ ❶ ❷ ❸ ❺ ❼ of the seed.
 
 Each step is `(connection, being_id, params, ...) -> StepReport`, callable from an
 asset, a test or a benchmark. Steps ❹ (consolidation), ❻ (split) and the
@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from mindflow import store
+from mindflow import events, store
 from mindflow.embeddings import Embedder
 from mindflow.models import utcnow
 
@@ -74,6 +75,22 @@ def ensure_roots(
         ).fetchall()
         created += len(inserted)
     return StepReport("roots", {"created": created})
+
+
+def step_fold_events(
+    con: duckdb.DuckDBPyConnection, being_id: str, events_dir: Path, now: datetime
+) -> StepReport:
+    """⓪ Reinforcement from recalls since the last patrol, each event folded exactly once."""
+    report = events.fold_events(con, events_dir, being_id, now)
+    return StepReport(
+        "⓪ recall events",
+        {
+            "events": report.events,
+            "reinforced": report.refs,
+            "reactivations": report.reactivations,
+            "unknown": report.unknown,
+        },
+    )
 
 
 def step_scenes(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> StepReport:
@@ -386,11 +403,14 @@ def run_patrol(
     embedder: Embedder,
     params: PatrolParams | None = None,
     now: datetime | None = None,
+    events_dir: Path | None = None,
 ) -> list[StepReport]:
-    """The whole mechanical patrol for one being, in the seed's order."""
+    """The whole mechanical patrol for one being, in the seed's order; recall events first."""
     params = params or PatrolParams()
     now = now or utcnow()
+    folded = [step_fold_events(con, being_id, events_dir, now)] if events_dir is not None else []
     return [
+        *folded,
         ensure_roots(con, being_id, now),
         step_scenes(con, being_id, now),
         step_nodes(con, being_id, embedder, params, now),

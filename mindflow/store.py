@@ -233,6 +233,38 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "CREATE INDEX IF NOT EXISTS episodes_day ON episodes (day)",
         ],
     ),
+    (
+        2,
+        "recall events",
+        [
+            # The recall events already applied, so a retried patrol folds each one once.
+            """
+            CREATE TABLE IF NOT EXISTS folded_events (
+                event_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                folded_at TIMESTAMP NOT NULL
+            )
+            """,
+        ],
+    ),
+    (
+        3,
+        "published graph",
+        [
+            # A hash of each fact, relation and alias row published to LanceDB, so
+            # publishing the graph writes only what changed.
+            """
+            CREATE TABLE IF NOT EXISTS published_graph (
+                kind VARCHAR NOT NULL,
+                ref VARCHAR NOT NULL,
+                being_id VARCHAR NOT NULL,
+                row_hash VARCHAR NOT NULL,
+                published_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (kind, ref)
+            )
+            """,
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

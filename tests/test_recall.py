@@ -18,10 +18,10 @@ from mindflow.recall import (
     cluster_memories,
     open_memories,
     recall,
+    rerank,
     sanitize_fts_query,
     search_memory,
 )
-from mindflow.recall import rerank
 
 T0 = datetime(2026, 10, 1, 9, 0)
 NO_FLOOR = RecallConfig(min_similarity=0.0)  # for tests of filters, not of the floor
