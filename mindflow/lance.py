@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import lancedb
 import pyarrow as pa
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -71,6 +70,9 @@ def all_of(*conditions: str) -> str:
 
 
 def connect(path: Path):
+    # Imported here: lancedb takes seconds to import, and definitions.py must load fast.
+    import lancedb
+
     path.mkdir(parents=True, exist_ok=True)
     return lancedb.connect(str(path))
 

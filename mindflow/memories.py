@@ -12,7 +12,6 @@ from datetime import datetime
 import duckdb
 import numpy as np
 import pyarrow as pa
-from lancedb.index import FTS
 
 from mindflow import lance, store
 from mindflow.models import utcnow
@@ -79,6 +78,8 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
         if changed.num_rows:
             batch = _to_lance(changed)
             if table is None:
+                from lancedb.index import FTS
+
                 table = db.create_table(TABLE, data=batch)
                 table.create_index("text", config=FTS(), replace=True)
             else:

@@ -1,0 +1,34 @@
+"""Asset `facts_graph`: the semantic graph (current facts, relations, aliases) in LanceDB for recall."""
+
+import dagster as dg
+
+from mindflow import graph
+from mindflow.resources import DuckDBResource, LanceDBResource
+
+
+@dg.asset(
+    deps=[dg.AssetDep("clusters", partition_mapping=dg.AllPartitionMapping())],
+    pool="duckdb",
+    group_name="recall",
+    kinds={"lancedb"},
+    code_version="1",
+)
+def facts_graph(
+    context: dg.AssetExecutionContext, duckdb: DuckDBResource, lancedb: LanceDBResource
+) -> dg.MaterializeResult:
+    """Current facts and relations of every being, with aliases folded into entity keys, for graph recall."""
+    db = lancedb.connect()
+    with duckdb.connect() as con:
+        report = graph.publish_graph(con, db)
+    context.log.info(f"published {report.upserted} graph rows, removed {report.deleted}")
+    metadata: dict = {
+        "dagster/row_count": report.rows,
+        "upserted": report.upserted,
+        "deleted": report.deleted,
+        "per_being": dg.MetadataValue.json(report.per_being),
+    }
+    for name, table in report.tables.items():
+        metadata[f"{name}_rows"] = table.rows
+        metadata[f"{name}_upserted"] = table.upserted
+        metadata[f"{name}_deleted"] = table.deleted
+    return dg.MaterializeResult(metadata=metadata)

@@ -1,0 +1,283 @@
+"""Recall events: reinforcement appended durably by the read API, folded by the patrol exactly once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from filelock import FileLock
+
+from mindflow import store
+from mindflow.errors import MindflowError
+from mindflow.models import utcnow
+
+log = logging.getLogger(__name__)
+
+# Reinforcement per recalled memory, as in the seed: (active, dead). Plain recall and
+# resonance never return dead memories; recall_memory and search_memory may, and
+# reaching into the dead counts double.
+REINFORCEMENT = {
+    "recall": (1, 0),
+    "resonance": (1, 0),
+    "recall_memory": (1, 2),
+    "search_memory": (1, 2),
+}
+
+
+@dataclass(frozen=True)
+class RecallEvent:
+    """One recall that returned memories: which ones, and how much each is reinforced."""
+
+    event_id: str  # uuid4 hex
+    being_id: str
+    tool: str  # recall | recall_memory | search_memory | resonance
+    memory_refs: tuple[str, ...]
+    increments: tuple[int, ...]  # one per memory_ref
+    ts: datetime  # naive UTC
+
+
+@dataclass
+class FoldReport:
+    """What one fold applied: events, memories reinforced, reactivations added, unknown refs."""
+
+    events: int = 0
+    refs: int = 0
+    reactivations: int = 0
+    unknown: int = 0
+
+
+def increments_for(tool: str, statuses: Sequence[str]) -> list[int]:
+    """The reinforcement of each recalled memory, by its status (anything not dead counts as active)."""
+    if tool not in REINFORCEMENT:
+        raise MindflowError(f"unknown recall tool {tool!r}; use one of {', '.join(REINFORCEMENT)}")
+    active, dead = REINFORCEMENT[tool]
+    return [dead if status == "dead" else active for status in statuses]
+
+
+def recall_event(
+    being_id: str,
+    tool: str,
+    memory_refs: Sequence[str],
+    statuses: Sequence[str],
+    ts: datetime | None = None,
+) -> RecallEvent:
+    """A new event for memories a recall returned, with their statuses at the time."""
+    return RecallEvent(
+        event_id=uuid.uuid4().hex,
+        being_id=being_id,
+        tool=tool,
+        memory_refs=tuple(memory_refs),
+        increments=tuple(increments_for(tool, statuses)),
+        ts=ts or utcnow(),
+    )
+
+
+def _invalid(event: RecallEvent) -> bool:
+    return len(event.memory_refs) != len(event.increments) or any(i < 0 for i in event.increments)
+
+
+def append_events(events_dir: Path, events: Sequence[RecallEvent]) -> None:
+    """Append events durably: one JSON line each, to `<day>/<hostname>-<pid>.jsonl`.
+
+    One file per process and day, so concurrent server workers never share a file;
+    one write on an O_APPEND descriptor, then fsync, so a crash loses at most the
+    line being written. The file lock covers threads of the same process.
+    """
+    bad = [e.event_id for e in events if _invalid(e)]
+    if bad:
+        raise MindflowError(f"recall events {bad} need one non-negative increment per memory ref")
+    by_day: dict[date, list[RecallEvent]] = {}
+    for event in events:
+        by_day.setdefault(event.ts.date(), []).append(event)
+    for day, batch in sorted(by_day.items()):
+        folder = events_dir / day.isoformat()
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(events_dir)
+        path = folder / f"{socket.gethostname()}-{os.getpid()}.jsonl"
+        data = "".join(_to_line(e) for e in batch).encode("utf-8")
+        with FileLock(str(path) + ".lock"):
+            _append(path, data)
+
+
+def _to_line(event: RecallEvent) -> str:
+    record = {
+        "event_id": event.event_id,
+        "being_id": event.being_id,
+        "tool": event.tool,
+        "memory_refs": list(event.memory_refs),
+        "increments": list(event.increments),
+        "ts": event.ts.isoformat(),
+    }
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _append(path: Path, data: bytes) -> None:
+    created = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        # A crash mid-write leaves a line without its newline; a later process with the
+        # same pid would glue its first event to it and lose both. Start a fresh line.
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:  # one write; the loop only matters on a short write (disk full, signal)
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a new directory entry durable, not only the file's content."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_events(events_dir: Path, since_day: date | None = None) -> Iterator[RecallEvent]:
+    """Every readable event, day by day; a torn or invalid line is skipped with a warning."""
+    if not events_dir.is_dir():
+        return
+    for folder in sorted(p for p in events_dir.iterdir() if p.is_dir()):
+        try:
+            day = date.fromisoformat(folder.name)
+        except ValueError:
+            continue
+        if since_day is not None and day < since_day:
+            continue
+        for path in sorted(folder.glob("*.jsonl")):
+            with path.open("rb") as lines:
+                for number, raw in enumerate(lines, 1):
+                    if not raw.strip():
+                        continue
+                    try:
+                        event = _from_line(raw)
+                    except (ValueError, KeyError, TypeError) as exc:
+                        log.warning("skipped unreadable recall event %s:%d (%s)", path, number, exc)
+                        continue
+                    yield event
+
+
+def _from_line(raw: bytes) -> RecallEvent:
+    record = json.loads(raw)
+    ts = datetime.fromisoformat(record["ts"])
+    if ts.tzinfo is not None:
+        ts = ts.astimezone(UTC).replace(tzinfo=None)
+    return RecallEvent(
+        event_id=str(record["event_id"]),
+        being_id=str(record["being_id"]),
+        tool=str(record["tool"]),
+        memory_refs=tuple(str(r) for r in record["memory_refs"]),
+        increments=tuple(int(i) for i in record["increments"]),
+        ts=ts,
+    )
+
+
+def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str, now: datetime) -> FoldReport:
+    """Apply every not-yet-folded event of a being to nodes and decay_scores, in one transaction.
+
+    `folded_events` records each event id with the changes it made, so a retried
+    patrol that reads the same files again folds nothing twice. Refs that are no
+    longer nodes of this being are folded without effect and counted as unknown.
+    Other beings' events wait for their own patrol.
+
+    Reinforcement only raises reactivation_count / access_count and the last
+    activation / access times: whether a reinforced dead node comes back is left
+    to the LLM consolidation step (❹), the revival formula is unchanged.
+    """
+    events = [e for e in read_events(events_dir) if e.being_id == being_id]
+    if not events:
+        return FoldReport()
+    # Checked before anything is written: a partial fold would miscount for good.
+    bad = [e.event_id for e in events if _invalid(e)]
+    if bad:
+        raise MindflowError(
+            f"recall events {bad} of {being_id} in {events_dir} do not have one non-negative "
+            "increment per memory ref; remove their lines from the events files and run the "
+            "patrol again"
+        )
+    table = pa.table(
+        {
+            "event_id": pa.array([e.event_id for e in events], pa.string()),
+            "ts": pa.array([e.ts for e in events], pa.timestamp("us")),
+            "memory_refs": pa.array([list(e.memory_refs) for e in events], pa.list_(pa.string())),
+            "increments": pa.array([list(e.increments) for e in events], pa.list_(pa.int64())),
+        }
+    )
+    with store.registered(con, "recall_events", table):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            report = _fold(con, being_id, now)
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        finally:
+            con.execute("DROP TABLE IF EXISTS fold_new")
+            con.execute("DROP TABLE IF EXISTS fold_refs")
+    return report
+
+
+def _fold(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> FoldReport:
+    # An event appended twice (a retried write) is still one recall.
+    con.execute(
+        """
+        CREATE TEMP TABLE fold_new AS
+        SELECT * FROM recall_events e
+        WHERE NOT EXISTS (SELECT 1 FROM folded_events f WHERE f.event_id = e.event_id)
+        QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY ts) = 1
+        """
+    )
+    con.execute(
+        """
+        CREATE TEMP TABLE fold_refs AS
+        SELECT t.memory_ref, sum(t.increment)::BIGINT AS increment,
+               count(DISTINCT t.event_id)::BIGINT AS events, max(t.ts) AS last_ts,
+               bool_or(n.node_id IS NOT NULL) AS known
+        FROM (SELECT event_id, ts, unnest(memory_refs) AS memory_ref, unnest(increments) AS increment
+              FROM fold_new) t
+        LEFT JOIN nodes n ON n.node_id = t.memory_ref AND n.being_id = ?
+        GROUP BY t.memory_ref
+        """,
+        [being_id],
+    )
+    con.execute(
+        """
+        UPDATE nodes SET reactivation_count = nodes.reactivation_count + r.increment,
+            last_activated = greatest(nodes.last_activated, r.last_ts), updated_at = ?
+        FROM fold_refs r
+        WHERE nodes.node_id = r.memory_ref AND nodes.being_id = ? AND r.known
+        """,
+        [now, being_id],
+    )
+    con.execute(
+        """
+        UPDATE decay_scores SET access_count = decay_scores.access_count + r.events,
+            last_accessed = greatest(decay_scores.last_accessed, r.last_ts)
+        FROM fold_refs r
+        WHERE decay_scores.memory_ref = r.memory_ref AND decay_scores.being_id = ? AND r.known
+        """,
+        [being_id],
+    )
+    con.execute("INSERT INTO folded_events SELECT event_id, ?, ? FROM fold_new", [being_id, now])
+    events = con.execute("SELECT count(*) FROM fold_new").fetchall()[0][0]
+    refs, reactivations, unknown = con.execute(
+        "SELECT count(*) FILTER (WHERE known), coalesce(sum(increment) FILTER (WHERE known), 0), "
+        "count(*) FILTER (WHERE NOT known) FROM fold_refs"
+    ).fetchall()[0]
+    return FoldReport(events=events, refs=refs, reactivations=int(reactivations), unknown=unknown)
