@@ -132,7 +132,9 @@ def demo(
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; beyond loopback only with API tokens."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind; beyond loopback only with API tokens."
+    ),
     port: int = typer.Option(8765, "--port", help="TCP port."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
 ) -> None:

@@ -18,6 +18,7 @@ from filelock import FileLock
 
 from mindflow import store
 from mindflow.errors import MindflowError
+from mindflow.files import append_lines, fsync_dir
 from mindflow.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -102,11 +103,11 @@ def append_events(events_dir: Path, events: Sequence[RecallEvent]) -> None:
         folder = events_dir / day.isoformat()
         if not folder.is_dir():
             folder.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(events_dir)
+            fsync_dir(events_dir)
         path = folder / f"{socket.gethostname()}-{os.getpid()}.jsonl"
         data = "".join(_to_line(e) for e in batch).encode("utf-8")
         with FileLock(str(path) + ".lock"):
-            _append(path, data)
+            append_lines(path, data)
 
 
 def _to_line(event: RecallEvent) -> str:
@@ -119,34 +120,6 @@ def _to_line(event: RecallEvent) -> str:
         "ts": event.ts.isoformat(),
     }
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def _append(path: Path, data: bytes) -> None:
-    created = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        # A crash mid-write leaves a line without its newline; a later process with the
-        # same pid would glue its first event to it and lose both. Start a fresh line.
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            data = b"\n" + data
-        view = memoryview(data)
-        while view:  # one write; the loop only matters on a short write (disk full, signal)
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if created:
-        _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a new directory entry durable, not only the file's content."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_events(events_dir: Path, since_day: date | None = None) -> Iterator[RecallEvent]:

@@ -7,16 +7,17 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+from filelock import FileLock
 
 from mindflow import store
 from mindflow.errors import MindflowError
+from mindflow.files import atomic_write
 from mindflow.ingest import FORMATS, detect_format, parse_bytes
 from mindflow.models import Episode, ParseResult, QuarantinedLine, utcnow
 
@@ -61,20 +62,6 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def land_file(inbox: Path, source: Path, being_id: str, fmt: str | None = None) -> LandReport:
     """Validate a file and place it in the being's inbox, atomically; the sensor takes it from there."""
     validate_being_id(being_id)
@@ -97,7 +84,7 @@ def land_file(inbox: Path, source: Path, being_id: str, fmt: str | None = None) 
         name = f"{source.stem}{_SUFFIX_FOR_FORMAT[fmt]}"
     target = _free_name(inbox / being_id, name, _sha256(data))
     if target is not None:
-        _atomic_write(target, data)
+        atomic_write(target, data)
     days = [e.day for e in result.episodes]
     return LandReport(
         path=target or (inbox / being_id / name),
@@ -236,7 +223,7 @@ def _write_quarantine(inbox: Path, landed: LandedFile, result: ParseResult) -> s
         for q in result.quarantined
     ]
     # Same content, same file name: re-parsing a file rewrites its quarantine, never appends twice.
-    _atomic_write(target, ("\n".join(lines) + "\n").encode("utf-8"))
+    atomic_write(target, ("\n".join(lines) + "\n").encode("utf-8"))
     return str(target)
 
 
@@ -321,8 +308,7 @@ def ingest(
     # A file whose other days earlier runs already ingested is done as well.
     finished += [(landed, result) for landed, result, rest in waiting if _all_stored(con, rest)]
     for landed, result in finished:
-        _record_and_move(con, inbox, landed, result, now)
-        report.moved_to_done += 1
+        report.moved_to_done += _record_and_move(con, inbox, landed, result, now)
     return report
 
 
@@ -364,16 +350,22 @@ def _counts_per_being(con: duckdb.DuckDBPyConnection, beings: set[str]) -> dict[
 
 def _record_and_move(
     con: duckdb.DuckDBPyConnection, inbox: Path, landed: LandedFile, result: ParseResult, now: datetime
-) -> None:
+) -> bool:
+    """Move an ingested file to `.done` and record it; False when it changed since it was read."""
     days = [e.day for e in result.episodes]
-    target = _free_name(inbox / DONE / landed.being_id, landed.path.name, landed.sha256)
-    file_name = landed.path.name
-    if target is not None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(landed.path), target)
-        file_name = str(target.relative_to(inbox / DONE / landed.being_id))
-    else:
-        landed.path.unlink()
+    # Writers (the read API's POST episodes) append under this lock: hold it, and leave a
+    # file that grew since it was read for the next run, so no appended line is lost.
+    with FileLock(str(landed.path.parent / f".{landed.path.name}.lock"), timeout=60):
+        if _sha256(landed.path.read_bytes()) != landed.sha256:
+            return False
+        target = _free_name(inbox / DONE / landed.being_id, landed.path.name, landed.sha256)
+        file_name = landed.path.name
+        if target is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(landed.path), target)
+            file_name = str(target.relative_to(inbox / DONE / landed.being_id))
+        else:
+            landed.path.unlink()
     con.execute(
         "INSERT INTO inbox_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (being_id, sha256) DO NOTHING",
@@ -390,3 +382,4 @@ def _record_and_move(
             now,
         ],
     )
+    return True

@@ -565,3 +565,23 @@ def test_the_sample_inbox_copied_in_again_adds_nothing(sample_inbox, con):
     assert report.new == 0 and report.duplicates == total
     assert count(con) == total
     assert pending_files(sample_inbox) == []
+
+
+def test_a_file_that_grew_after_it_was_read_stays_pending(settings, con):
+    """Lines the API appends while a run ingests are never moved to .done unread."""
+    from mindflow.inbox import _record_and_move, pending_files
+    from mindflow.ingest import parse_bytes
+    from mindflow.models import utcnow
+
+    path = settings.inbox / "ada" / "api-2026-10-01.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"ts": "2026-10-01T09:00:00Z", "speaker": "Lena", "text": "first line"}\n')
+    (landed,) = pending_files(settings.inbox)
+    result = parse_bytes(path.read_bytes(), path.name, "ada", "jsonl")
+    with path.open("a") as fh:  # an API write lands between the read and the move
+        fh.write('{"ts": "2026-10-01T09:01:00Z", "speaker": "Lena", "text": "second line"}\n')
+    assert _record_and_move(con, settings.inbox, landed, result, utcnow()) is False
+    assert path.exists() and len(path.read_text().splitlines()) == 2
+    report = ingest(con, settings.inbox, date(2026, 10, 1), date(2026, 10, 1))
+    assert (report.new, report.moved_to_done) == (2, 1)
+    assert not path.exists()

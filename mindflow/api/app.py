@@ -1,0 +1,301 @@
+"""The FastAPI application: routes, authentication, size limits and JSON errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import anyio
+import numpy as np
+from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mindflow.api import models
+from mindflow.api.auth import TokenScopes, parse_tokens
+from mindflow.api.episodes import InboxBusy, InvalidEpisodes, append_episodes
+from mindflow.api.service import RecallService
+from mindflow.config import Settings, load_settings
+from mindflow.errors import MindflowError
+from mindflow.graph import neighbourhood
+from mindflow.inbox import validate_being_id
+from mindflow.recall import RecallConfig
+
+log = logging.getLogger(__name__)
+
+ERRORS = {
+    401: {"model": models.ErrorResponse, "description": "Missing or unknown bearer token."},
+    403: {"model": models.ErrorResponse, "description": "The token does not cover this being."},
+    422: {"model": models.ErrorResponse, "description": "Invalid being id or request."},
+}
+
+
+def _error(status: int, message: str, details: list[Any] | None = None, headers=None) -> JSONResponse:
+    body = {"error": message} if details is None else {"error": message, "details": details}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class BodyLimit:
+    """413 for bodies over the limit, whether announced by Content-Length or streamed in chunks."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            await self.app(scope, receive, send)
+            return
+        too_big = _error(413, f"request body over {self.max_bytes:,} bytes")
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None:
+            try:
+                if int(declared) > self.max_bytes:
+                    await too_big(scope, receive, send)
+                    return
+            except ValueError:
+                await _error(400, "invalid Content-Length header")(scope, receive, send)
+                return
+        # Read the whole (bounded) body first, then replay it to the app.
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await too_big(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A graph row for JSON, without its embedding."""
+    return {str(k): _plain(v) for k, v in row.items() if k != "vector"}
+
+
+def _plain(value: Any) -> Any:
+    """Graph rows as JSON-ready values (numpy scalars and arrays included)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def authorized_being(
+    request: Request,
+    being_id: Annotated[str, Path(description="A lower-case slug: 1-64 of a-z, 0-9, '-', '_'.")],
+) -> str:
+    """401 without a known token, 422 for an invalid being id, 403 outside the token's beings."""
+    scopes: TokenScopes = request.app.state.tokens
+    if scopes.enabled:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        beings = scopes.beings_for(token.strip()) if scheme.lower() == "bearer" else None
+        if beings is None:
+            raise HTTPException(
+                401, "missing or unknown bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
+        validate_being_id(being_id)
+        if not scopes.allows(beings, being_id):
+            raise HTTPException(403, f"this token does not cover being {being_id!r}")
+    return validate_being_id(being_id)
+
+
+Being = Annotated[str, Depends(authorized_being)]
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    recall_config: RecallConfig | None = None,
+    tokens: str | Mapping[str, Any] | TokenScopes | None = None,
+) -> FastAPI:
+    """The read API over `settings`' LanceDB and workspace; `tokens` overrides MINDFLOW_API_TOKENS."""
+    settings = settings or load_settings()
+    if tokens is None and settings.api_tokens is not None:
+        tokens = settings.api_tokens.get_secret_value()
+    scopes = parse_tokens(tokens)
+    service = RecallService(settings, recall_config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        settings.lance_path.mkdir(parents=True, exist_ok=True)
+        # The first recall should not pay for loading the model.
+        await anyio.to_thread.run_sync(service.load_model)
+        yield
+
+    app = FastAPI(
+        title="mindflow recall API",
+        version="1",
+        summary="Long-term memory for AI agents: recall, resonance, search, facts, story, episodes.",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.state.tokens = scopes
+    app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        summary = (
+            "; ".join(f"{'.'.join(str(p) for p in d['loc'])}: {d['msg']}" for d in details[:5])
+            or "invalid request"
+        )
+        return _error(422, summary, json.loads(json.dumps(details, default=str)))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(InvalidEpisodes)
+    async def invalid_episodes(request: Request, exc: InvalidEpisodes) -> JSONResponse:
+        return _error(422, str(exc), exc.problems)
+
+    @app.exception_handler(MindflowError)
+    async def user_error(request: Request, exc: MindflowError) -> JSONResponse:
+        return _error(422, str(exc))
+
+    @app.exception_handler(InboxBusy)
+    async def busy(request: Request, exc: InboxBusy) -> JSONResponse:
+        return _error(503, str(exc), headers={"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _error(500, f"internal error ({exc.__class__.__name__}); see the server log")
+
+    v1 = APIRouter(prefix="/v1/beings/{being_id}", responses=ERRORS)
+
+    @v1.post("/recall", response_model=models.RecallResponse, tags=["recall"])
+    def recall(
+        being_id: Being, body: models.RecallRequest, background: BackgroundTasks
+    ) -> models.RecallResponse:
+        """Hybrid recall of active memories: vector + full text, decay, recency, MMR."""
+        return service.recall(being_id, body, background.add_task)
+
+    @v1.post("/resonance", response_model=models.ResonanceResponse, tags=["recall"])
+    def resonance(
+        being_id: Being, body: models.ResonanceRequest, background: BackgroundTasks
+    ) -> models.ResonanceResponse:
+        """Up to 5 memories with relative times, rendered as the [SUBCONSCIOUS RESONANCE] block."""
+        return service.resonance(being_id, body, background.add_task)
+
+    @v1.post("/search_memory", response_model=models.SearchResponse, tags=["recall"])
+    def search(
+        being_id: Being, body: models.SearchRequest, background: BackgroundTasks
+    ) -> models.SearchResponse:
+        """Keyword search over action, feeling, themes and `when`; dormant memories included."""
+        return service.search(being_id, body, background.add_task)
+
+    @v1.get("/clusters/{cluster_id}/memories", response_model=models.ClusterResponse, tags=["recall"])
+    def cluster(
+        being_id: Being,
+        cluster_id: Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$")],
+        background: BackgroundTasks,
+        k: Annotated[int, Query(ge=1, le=200)] = 50,
+    ) -> models.ClusterResponse:
+        """A cluster's memories, newest first (the seed's recall_memory)."""
+        return service.cluster(being_id, cluster_id, k, background.add_task)
+
+    @v1.get("/facts", response_model=models.FactsResponse, tags=["graph"])
+    def facts(
+        being_id: Being,
+        entity: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[^\x00]+$")],
+        depth: Annotated[int, Query(ge=1, le=2)] = 1,
+    ) -> models.FactsResponse:
+        """Facts and relations around an entity, up to two hops; empty until facts exist."""
+
+        found = neighbourhood(settings.lance_path, being_id, entity, depth)
+        return models.FactsResponse(
+            being_id=being_id,
+            entity=found.get("entity") or entity,
+            depth=depth,
+            facts=[_row(f) for f in found.get("facts", [])],
+            relations=[_row(r) for r in found.get("relations", [])],
+            neighbours=[str(n) for n in found.get("neighbours", [])],
+        )
+
+    @v1.get(
+        "/story",
+        tags=["story"],
+        response_class=Response,
+        responses={
+            200: {"content": {"text/markdown": {}}, "description": "STORY.md"},
+            404: {"model": models.ErrorResponse, "description": "No story yet."},
+        },
+    )
+    def story(being_id: Being) -> Response:
+        """The being's STORY.md, as the narrative job last wrote it."""
+        path = settings.workspace / being_id / "STORY.md"
+        if not path.is_file():
+            raise HTTPException(
+                404, f"no STORY.md for {being_id!r} yet: the narrative job writes it after the first patrol"
+            )
+        return Response(path.read_text(encoding="utf-8", errors="replace"), media_type="text/markdown")
+
+    @v1.post(
+        "/episodes",
+        response_model=models.EpisodesResponse,
+        tags=["episodes"],
+        responses={503: {"model": models.ErrorResponse, "description": "Inbox busy; retry."}},
+    )
+    def episodes(being_id: Being, body: models.EpisodesRequest) -> models.EpisodesResponse:
+        """Append episodes to the being's inbox, all or none; ingestion picks them up."""
+        limit = settings.api_max_episodes
+        if len(body.episodes) > limit:
+            raise MindflowError(f"{len(body.episodes):,} episodes in one request; the limit is {limit:,}")
+        records = [e.model_dump(exclude_none=True) for e in body.episodes]
+        report = append_episodes(settings.inbox, being_id, records)
+        return models.EpisodesResponse(
+            being_id=being_id, ids=report.ids, heartbeats=report.heartbeats, file=report.path.name
+        )
+
+    app.include_router(v1)
+
+    @app.get("/healthz", response_model=models.Health, tags=["health"])
+    def healthz() -> models.Health:
+        """The process is up."""
+        return models.Health(status="ok")
+
+    @app.get(
+        "/readyz",
+        response_model=models.Ready,
+        tags=["health"],
+        responses={503: {"model": models.ErrorResponse, "description": "Not ready."}},
+    )
+    def readyz() -> Any:
+        """The model is loaded and the LanceDB folder is readable."""
+        if not service.model_ready:
+            return _error(503, f"embedding model {settings.embedding_model!r} is still loading")
+        if not service.lance_readable():
+            return _error(503, f"LanceDB folder {settings.lance_path} is not readable")
+        return models.Ready(
+            status="ready", model=settings.embedding_model, lance_path=str(settings.lance_path)
+        )
+
+    return app

@@ -1,0 +1,85 @@
+"""Bearer tokens scoped to beings, and the rule that an open server binds only to loopback."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mindflow.errors import MindflowError
+from mindflow.inbox import validate_being_id
+
+ALL_BEINGS = "*"
+_EXAMPLE = "MINDFLOW_API_TOKENS='tokA=ada,bram;tokB=*'"
+
+
+@dataclass(frozen=True)
+class TokenScopes:
+    """Which beings each token may read and write; empty means no authentication at all."""
+
+    scopes: Mapping[str, frozenset[str]]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.scopes)
+
+    def beings_for(self, token: str) -> frozenset[str] | None:
+        """The token's beings (`*` for all), or None for an unknown token; constant time per token."""
+        found = None
+        given = token.encode("utf-8")
+        for known, beings in self.scopes.items():
+            if hmac.compare_digest(known.encode("utf-8"), given):
+                found = beings
+        return found
+
+    @staticmethod
+    def allows(beings: frozenset[str], being_id: str) -> bool:
+        return ALL_BEINGS in beings or being_id in beings
+
+
+def parse_tokens(spec: str | Mapping[str, str | Iterable[str]] | TokenScopes | None) -> TokenScopes:
+    """`tokA=ada,bram;tokB=*` (or a mapping token -> beings) as scopes; None or '' means no tokens."""
+    if isinstance(spec, TokenScopes):
+        return spec
+    if spec is None:
+        return TokenScopes({})
+    if isinstance(spec, Mapping):
+        items = [(t, [b] if isinstance(b, str) else list(b)) for t, b in spec.items()]
+    else:
+        items = []
+        for entry in (e.strip() for e in spec.split(";")):
+            if not entry:
+                continue
+            token, sep, beings = entry.partition("=")
+            if not sep:
+                raise MindflowError(f"API token entry without '=' (token=beings); e.g. {_EXAMPLE}")
+            items.append((token.strip(), [b.strip() for b in beings.split(",") if b.strip()]))
+    scopes: dict[str, frozenset[str]] = {}
+    for token, beings in items:
+        if not token or any(c.isspace() for c in token):
+            raise MindflowError(f"an API token is empty or contains spaces; e.g. {_EXAMPLE}")
+        if not beings:
+            raise MindflowError(f"API token '{token[:4]}...' names no being; use '*' for all; {_EXAMPLE}")
+        for being in beings:
+            if being != ALL_BEINGS:
+                validate_being_id(being)
+        scopes[token] = frozenset(beings)
+    return TokenScopes(scopes)
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and localhost; a hostname that might resolve elsewhere is not loopback."""
+    host = host.strip().strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, tokens: TokenScopes) -> None:
+    """Refuse to expose memories beyond this machine without a token."""
+    if not tokens.enabled and not is_loopback(host):
+        raise MindflowError(f"refusing to bind {host} without API tokens: set {_EXAMPLE} or bind 127.0.0.1")

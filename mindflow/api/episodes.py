@@ -1,0 +1,84 @@
+"""The agent write path: episodes validated as inbox JSONL lines, appended to the being's inbox."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from mindflow.errors import MindflowError
+from mindflow.files import append_lines
+from mindflow.inbox import validate_being_id
+from mindflow.ingest import parse_bytes
+from mindflow.models import utcnow
+
+LOCK_TIMEOUT_S = 30.0
+
+
+class InvalidEpisodes(MindflowError):
+    """Some episodes of a request break the inbox rules; none was written."""
+
+    def __init__(self, problems: list[dict[str, Any]], total: int):
+        self.problems = problems
+        super().__init__(
+            f"{len(problems)} of {total} episodes are invalid, so none was written: "
+            + "; ".join(f"episodes[{p['index']}]: {p['reason']}" for p in problems[:5])
+            + (" ..." if len(problems) > 5 else "")
+        )
+
+
+class InboxBusy(Exception):
+    """Another writer held the inbox file too long; the request may be retried."""
+
+
+@dataclass
+class AppendReport:
+    ids: list[str]
+    heartbeats: int
+    path: Path
+
+
+def api_file_name(now: datetime) -> str:
+    return f"api-{now.date().isoformat()}.jsonl"
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def append_episodes(
+    inbox: Path, being_id: str, episodes: list[dict[str, Any]], now: datetime | None = None
+) -> AppendReport:
+    """Validate every episode with the inbox JSONL parser, then append them all or nothing.
+
+    An episode without an id is written with the id the parser derived, so the
+    ingestion of the file stores exactly the ids returned here.
+    """
+    validate_being_id(being_id)
+    file_name = api_file_name(now or utcnow())
+    # json.dumps escapes newlines, so line i + 1 is episode i.
+    data = "\n".join(_line(e) for e in episodes).encode("utf-8")
+    result = parse_bytes(data, file_name, being_id, "jsonl")
+    if result.quarantined:
+        problems = [{"index": q.line - 1, "reason": q.reason} for q in result.quarantined]
+        raise InvalidEpisodes(problems, len(episodes))
+    parsed = {int(e.source_ref.rsplit(":", 1)[1]): e for e in result.episodes}
+    lines, ids = [], []
+    for index, record in enumerate(episodes):
+        episode = parsed.get(index + 1)  # None for a heartbeat: written, counted at ingestion
+        if episode is not None:
+            record = {**record, "id": episode.episode_id}
+            ids.append(episode.episode_id)
+        lines.append(_line(record))
+    path = inbox / being_id / file_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(path.parent / f".{file_name}.lock"), timeout=LOCK_TIMEOUT_S):
+            append_lines(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    except Timeout as exc:
+        raise InboxBusy(f"the inbox file {file_name} of {being_id} is busy; retry shortly") from exc
+    return AppendReport(ids=ids, heartbeats=result.heartbeats, path=path)

@@ -1,0 +1,226 @@
+"""What the endpoints do, without HTTP: embed, recall, filter echoes, reinforce."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import random
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from datetime import datetime
+
+import numpy as np
+
+from mindflow import events
+from mindflow.api import models, resonance
+from mindflow.config import Settings
+from mindflow.embeddings import Embedder
+from mindflow.errors import MindflowError
+from mindflow.models import utcnow
+from mindflow.recall import (
+    Memory,
+    RecallConfig,
+    cluster_memories,
+    open_memories,
+    recall,
+    search_memory,
+)
+
+log = logging.getLogger(__name__)
+FRAGMENT_SEPARATOR = " / "
+# Schedules `write_event(event)`; the server passes BackgroundTasks.add_task, so the fsync of
+# the event file happens after the response is sent instead of inside every recall's latency.
+Defer = Callable[..., None]
+
+
+class QueryVectors:
+    """A small LRU of query embeddings: agents repeat their questions."""
+
+    def __init__(self, embedder: Embedder, size: int):
+        self.embedder = embedder
+        self.size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, query: str) -> np.ndarray:
+        with self._lock:
+            vector = self._vectors.get(query)
+            if vector is not None:
+                self._vectors.move_to_end(query)
+                return vector
+        vector = self.embedder.encode([query])[0]
+        with self._lock:
+            self._vectors[query] = vector
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+        return vector
+
+
+class EchoFilter:
+    """Per (being, session): the refs of its last `window` recalls, for a bounded LRU of sessions."""
+
+    def __init__(self, window: int, max_sessions: int):
+        self.window = window
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[tuple[str, str], deque[tuple[str, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def shown(self, being_id: str, session: str | None) -> list[str]:
+        if session is None:
+            return []
+        with self._lock:
+            recent = self._sessions.get((being_id, session))
+            if recent is None:
+                return []
+            self._sessions.move_to_end((being_id, session))
+            return list(dict.fromkeys(ref for refs in recent for ref in refs))
+
+    def record(self, being_id: str, session: str | None, refs: list[str]) -> None:
+        if session is None:
+            return
+        with self._lock:
+            key = (being_id, session)
+            recent = self._sessions.get(key)
+            if recent is None:
+                recent = self._sessions[key] = deque(maxlen=self.window)
+            self._sessions.move_to_end(key)
+            recent.append(tuple(refs))
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+
+
+def memory_out(memory: Memory) -> models.MemoryOut:
+    fields = dataclasses.asdict(memory)
+    # JSON has no NaN or infinity; a degenerate score part must not turn into a 500.
+    fields["parts"] = {k: v for k, v in fields["parts"].items() if math.isfinite(v)}
+    for name in ("importance", "decay_score", "score"):
+        if not math.isfinite(fields[name]):
+            fields[name] = 0.0
+    return models.MemoryOut.model_validate(fields)
+
+
+class RecallService:
+    """The state of one server process: settings, the model, query vectors, echo memory."""
+
+    def __init__(self, settings: Settings, config: RecallConfig | None = None):
+        self.settings = settings
+        self.config = config or RecallConfig.for_model(settings.embedding_model)
+        self.embedder = Embedder(model=settings.embedding_model, batch_size=settings.embedding_batch_size)
+        self.vectors = QueryVectors(self.embedder, settings.api_query_cache)
+        self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
+        self.model_ready = False
+
+    def load_model(self) -> None:
+        self.embedder.encode(["warm up"])
+        self.model_ready = True
+
+    def lance_readable(self) -> bool:
+        path = self.settings.lance_path
+        return path.is_dir() and os.access(path, os.R_OK | os.X_OK)
+
+    def check_query(self, query: str) -> str:
+        limit = self.settings.api_max_query_chars
+        if len(query) > limit:
+            raise MindflowError(f"query has {len(query):,} characters; the limit is {limit:,}")
+        if not query.strip():
+            raise MindflowError("query is empty")
+        return query
+
+    def _table(self):
+        return open_memories(self.settings.lance_path)
+
+    def _reinforce(self, being_id: str, tool: str, memories: list[Memory], defer: Defer | None) -> None:
+        if not memories:
+            return
+        event = events.recall_event(
+            being_id, tool, [m.memory_ref for m in memories], [m.status for m in memories]
+        )
+        if defer is None:
+            self.write_event(event)
+        else:
+            defer(self.write_event, event)
+
+    def write_event(self, event: events.RecallEvent) -> None:
+        try:
+            events.append_events(self.settings.events, [event])
+        except OSError:
+            # Losing one reinforcement must not cost the agent its memories.
+            log.exception("could not append a recall event to %s", self.settings.events)
+
+    def _recall(
+        self, being_id: str, request: models.RecallRequest | models.ResonanceRequest, k: int, now: datetime
+    ) -> list[Memory]:
+        query = self.check_query(request.query)
+        exclude = list(dict.fromkeys([*request.exclude_refs, *self.echo.shown(being_id, request.session)]))
+        return recall(
+            self._table(),
+            being_id,
+            query,
+            self.vectors.get(query),
+            k=k,
+            config=self.config,
+            exclude_refs=exclude,
+            since=request.since,
+            until=request.until,
+            now=now,
+        )
+
+    def recall(
+        self, being_id: str, request: models.RecallRequest, defer: Defer | None = None
+    ) -> models.RecallResponse:
+        memories = self._recall(being_id, request, request.k, utcnow())
+        self.echo.record(being_id, request.session, [m.memory_ref for m in memories])
+        self._reinforce(being_id, "recall", memories, defer)
+        fragments = None
+        if request.mode == "fragments":
+            pieces = [m.text for m in memories if m.text] + [m.feeling for m in memories if m.feeling]
+            random.shuffle(pieces)
+            fragments = FRAGMENT_SEPARATOR.join(pieces)
+        return models.RecallResponse(
+            being_id=being_id,
+            mode=request.mode,
+            memories=[memory_out(m) for m in memories],
+            fragments=fragments,
+        )
+
+    def resonance(
+        self, being_id: str, request: models.ResonanceRequest, defer: Defer | None = None
+    ) -> models.ResonanceResponse:
+        now = request.now or utcnow()
+        # Seen from `now`, later memories have not happened yet.
+        until = now if request.until is None else min(now, request.until)
+        scoped = request.model_copy(update={"until": until})
+        candidates = self._recall(being_id, scoped, min(models.MAX_K, 3 * request.k), now)
+        chosen = resonance.arrange(candidates, request.k)
+        self.echo.record(being_id, request.session, [m.memory_ref for m in chosen])
+        self._reinforce(being_id, "resonance", chosen, defer)
+        items, lines = [], []
+        for memory in chosen:
+            full, relative, day = resonance.label(memory.ts, now)
+            items.append(
+                models.ResonanceItem(label=full, relative=relative, date=day, memory=memory_out(memory))
+            )
+            lines.append((full, memory))
+        return models.ResonanceResponse(being_id=being_id, now=now, text=resonance.render(lines), items=items)
+
+    def search(
+        self, being_id: str, request: models.SearchRequest, defer: Defer | None = None
+    ) -> models.SearchResponse:
+        query = self.check_query(request.query)
+        memories = search_memory(self._table(), being_id, query, mode=request.mode, k=request.k)
+        self._reinforce(being_id, "search_memory", memories, defer)
+        return models.SearchResponse(
+            being_id=being_id, mode=request.mode, memories=[memory_out(m) for m in memories]
+        )
+
+    def cluster(
+        self, being_id: str, cluster_id: str, k: int, defer: Defer | None = None
+    ) -> models.ClusterResponse:
+        memories = cluster_memories(self._table(), being_id, cluster_id, k=k)
+        self._reinforce(being_id, "recall_memory", memories, defer)
+        return models.ClusterResponse(
+            being_id=being_id, cluster_id=cluster_id, memories=[memory_out(m) for m in memories]
+        )

@@ -1,0 +1,348 @@
+"""Client of the recall API for agents: typed results, a timeout, retries on connection errors and 503.
+
+from mindflow.client import MindflowClient
+
+with MindflowClient("http://127.0.0.1:8765", token="tokA") as memory:
+    for m in memory.recall("ada", "what did Lena decide about the login?").memories:
+        print(m.ts, m.text)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from mindflow.api.models import (
+    ClusterResponse,
+    EpisodeIn,
+    EpisodesResponse,
+    FactsResponse,
+    RecallResponse,
+    ResonanceResponse,
+    SearchResponse,
+)
+
+__all__ = [
+    "AsyncMindflowClient",
+    "MindflowClient",
+    "MindflowClientError",
+    "MindflowUnavailable",
+]
+
+T = TypeVar("T", bound=BaseModel)
+# Failures where the request never reached a working server: safe to send again.
+_RETRY_ON = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.PoolTimeout,
+)
+
+
+class MindflowClientError(Exception):
+    """The server said no (4xx, 5xx) or could not be reached; `status` is None for the latter."""
+
+    def __init__(self, status: int | None, message: str, details: list[Any] | None = None):
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+        self.details = details
+
+
+class MindflowUnavailable(MindflowClientError):
+    """Still unreachable or 503 after every retry."""
+
+
+class _Busy(Exception):
+    def __init__(self, response: httpx.Response):
+        self.response = response
+
+
+def _error_from(response: httpx.Response) -> MindflowClientError:
+    try:
+        body = response.json()
+        message, details = body.get("error") or response.text, body.get("details")
+    except ValueError:
+        message, details = response.text or response.reason_phrase, None
+    kind = MindflowUnavailable if response.status_code == 503 else MindflowClientError
+    return kind(response.status_code, message, details)
+
+
+def _segment(value: str) -> str:
+    # "/" and ".." must stay inside the segment, never climb to another being's path.
+    return quote(value, safe="")
+
+
+def _recall_body(query: str, k: int, **fields: Any) -> dict[str, Any]:
+    body = {"query": query, "k": k, **{name: v for name, v in fields.items() if v is not None}}
+    return to_jsonable_python(body)
+
+
+def _episodes_body(episodes: Iterable[EpisodeIn | Mapping[str, Any]]) -> dict[str, Any]:
+    items = [e.model_dump(exclude_none=True) if isinstance(e, EpisodeIn) else dict(e) for e in episodes]
+    return {"episodes": to_jsonable_python(items)}
+
+
+class _Base:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+        max_backoff: float = 4.0,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.retries = retries
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = httpx.Timeout(timeout)
+        self._retry = {
+            "stop": stop_after_attempt(retries + 1),
+            "wait": wait_exponential(multiplier=backoff, min=backoff, max=max_backoff),
+            "retry": retry_if_exception_type((*_RETRY_ON, _Busy)),
+            "reraise": True,
+        }
+
+    @staticmethod
+    def _being(being: str, *parts: str) -> str:
+        return "/v1/beings/" + "/".join(_segment(p) for p in (being, *parts))
+
+    def _checked(self, response: httpx.Response) -> httpx.Response:
+        if response.status_code == 503:
+            raise _Busy(response)
+        if response.status_code >= 400:
+            raise _error_from(response)
+        return response
+
+    def _give_up(self, exc: Exception) -> MindflowClientError:
+        if isinstance(exc, _Busy):
+            return _error_from(exc.response)
+        if isinstance(exc, httpx.TimeoutException):
+            return MindflowClientError(None, f"{self.base_url} did not answer in time ({exc!r})")
+        return MindflowUnavailable(None, f"cannot reach {self.base_url} ({exc.__class__.__name__}: {exc})")
+
+
+class MindflowClient(_Base):
+    """Blocking client; use as a context manager or call `close()`."""
+
+    def __init__(
+        self, base_url: str, token: str | None = None, timeout: float = 10.0, retries: int = 3, **kw
+    ):
+        super().__init__(base_url, token, timeout, retries, **kw)
+        self._http = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
+
+    def __enter__(self) -> MindflowClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        try:
+            for attempt in Retrying(**self._retry):
+                with attempt:
+                    return self._checked(self._http.request(method, path, **kwargs))
+        except (_Busy, httpx.HTTPError) as exc:
+            raise self._give_up(exc) from exc
+        raise AssertionError("unreachable")
+
+    def _typed(self, model: type[T], method: str, path: str, **kwargs) -> T:
+        return model.model_validate(self._request(method, path, **kwargs).json())
+
+    def recall(
+        self,
+        being: str,
+        query: str,
+        k: int = 5,
+        *,
+        exclude_refs: Iterable[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        session: str | None = None,
+        mode: Literal["list", "fragments"] = "list",
+    ) -> RecallResponse:
+        body = _recall_body(
+            query,
+            k,
+            exclude_refs=list(exclude_refs or []),
+            since=since,
+            until=until,
+            session=session,
+            mode=mode,
+        )
+        return self._typed(RecallResponse, "POST", self._being(being, "recall"), json=body)
+
+    def resonance(
+        self,
+        being: str,
+        query: str,
+        k: int = 5,
+        *,
+        now: datetime | None = None,
+        exclude_refs: Iterable[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        session: str | None = None,
+    ) -> ResonanceResponse:
+        body = _recall_body(
+            query,
+            k,
+            now=now,
+            exclude_refs=list(exclude_refs or []),
+            since=since,
+            until=until,
+            session=session,
+        )
+        return self._typed(ResonanceResponse, "POST", self._being(being, "resonance"), json=body)
+
+    def search_memory(
+        self, being: str, query: str, mode: Literal["or", "and"] = "or", k: int = 10
+    ) -> SearchResponse:
+        body = {"query": query, "mode": mode, "k": k}
+        return self._typed(SearchResponse, "POST", self._being(being, "search_memory"), json=body)
+
+    def recall_memory(self, being: str, cluster_id: str, k: int = 50) -> ClusterResponse:
+        path = self._being(being, "clusters", cluster_id, "memories")
+        return self._typed(ClusterResponse, "GET", path, params={"k": k})
+
+    def facts(self, being: str, entity: str, depth: int = 1) -> FactsResponse:
+        params = {"entity": entity, "depth": depth}
+        return self._typed(FactsResponse, "GET", self._being(being, "facts"), params=params)
+
+    def story(self, being: str) -> str:
+        return self._request("GET", self._being(being, "story")).text
+
+    def add_episodes(self, being: str, episodes: Iterable[EpisodeIn | Mapping[str, Any]]) -> EpisodesResponse:
+        body = _episodes_body(episodes)
+        return self._typed(EpisodesResponse, "POST", self._being(being, "episodes"), json=body)
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get("/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+class AsyncMindflowClient(_Base):
+    """The same calls for asyncio agents: `async with AsyncMindflowClient(...) as memory:`."""
+
+    def __init__(
+        self, base_url: str, token: str | None = None, timeout: float = 10.0, retries: int = 3, **kw
+    ):
+        super().__init__(base_url, token, timeout, retries, **kw)
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
+
+    async def __aenter__(self) -> AsyncMindflowClient:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, **kwargs) -> httpx.Response:
+        try:
+            async for attempt in AsyncRetrying(**self._retry):
+                with attempt:
+                    return self._checked(await self._http.request(method, path, **kwargs))
+        except (_Busy, httpx.HTTPError) as exc:
+            raise self._give_up(exc) from exc
+        raise AssertionError("unreachable")
+
+    async def _typed(self, model: type[T], method: str, path: str, **kwargs) -> T:
+        return model.model_validate((await self._request(method, path, **kwargs)).json())
+
+    async def recall(
+        self,
+        being: str,
+        query: str,
+        k: int = 5,
+        *,
+        exclude_refs: Iterable[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        session: str | None = None,
+        mode: Literal["list", "fragments"] = "list",
+    ) -> RecallResponse:
+        body = _recall_body(
+            query,
+            k,
+            exclude_refs=list(exclude_refs or []),
+            since=since,
+            until=until,
+            session=session,
+            mode=mode,
+        )
+        return await self._typed(RecallResponse, "POST", self._being(being, "recall"), json=body)
+
+    async def resonance(
+        self,
+        being: str,
+        query: str,
+        k: int = 5,
+        *,
+        now: datetime | None = None,
+        exclude_refs: Iterable[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        session: str | None = None,
+    ) -> ResonanceResponse:
+        body = _recall_body(
+            query,
+            k,
+            now=now,
+            exclude_refs=list(exclude_refs or []),
+            since=since,
+            until=until,
+            session=session,
+        )
+        return await self._typed(ResonanceResponse, "POST", self._being(being, "resonance"), json=body)
+
+    async def search_memory(
+        self, being: str, query: str, mode: Literal["or", "and"] = "or", k: int = 10
+    ) -> SearchResponse:
+        body = {"query": query, "mode": mode, "k": k}
+        return await self._typed(SearchResponse, "POST", self._being(being, "search_memory"), json=body)
+
+    async def recall_memory(self, being: str, cluster_id: str, k: int = 50) -> ClusterResponse:
+        path = self._being(being, "clusters", cluster_id, "memories")
+        return await self._typed(ClusterResponse, "GET", path, params={"k": k})
+
+    async def facts(self, being: str, entity: str, depth: int = 1) -> FactsResponse:
+        params = {"entity": entity, "depth": depth}
+        return await self._typed(FactsResponse, "GET", self._being(being, "facts"), params=params)
+
+    async def story(self, being: str) -> str:
+        return (await self._request("GET", self._being(being, "story"))).text
+
+    async def add_episodes(
+        self, being: str, episodes: Iterable[EpisodeIn | Mapping[str, Any]]
+    ) -> EpisodesResponse:
+        body = _episodes_body(episodes)
+        return await self._typed(EpisodesResponse, "POST", self._being(being, "episodes"), json=body)
+
+    async def ready(self) -> bool:
+        try:
+            return (await self._http.get("/readyz")).status_code == 200
+        except httpx.HTTPError:
+            return False

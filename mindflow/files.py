@@ -1,0 +1,53 @@
+"""Durable file writes shared by the inbox, the read API and the recall events."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def append_lines(path: Path, data: bytes) -> None:
+    """Append whole lines with one write on an O_APPEND descriptor, then fsync.
+
+    Concurrent appenders never interleave within a write. A writer that died
+    mid-line left no newline: start a fresh line rather than glue onto it.
+    """
+    created = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
+        view = memoryview(data)
+        while view:  # one write; the loop only matters on a short write (disk full, signal)
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(path.parent)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace a file's content all at once: readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a new directory entry durable, not only the file's content."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
