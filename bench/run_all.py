@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["bench_decay.py", "bench_ingest_patrol.py"]
+BENCHMARKS = ["bench_decay.py", "bench_ingest_patrol.py", "bench_recall.py", "bench_latency.py"]
 
 if __name__ == "__main__":
     failed = 0

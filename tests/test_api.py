@@ -29,6 +29,7 @@ from mindflow.ingest import parse_bytes
 from mindflow.memories import publish
 from mindflow.models import utcnow
 from mindflow.patrol import run_patrol
+from mindflow.recall import RecallConfig
 
 REPO = Path(__file__).resolve().parent.parent
 MINDFLOW = REPO / ".venv" / "bin" / "mindflow"
@@ -156,7 +157,10 @@ def world(tmp_path_factory, embedder) -> World:
     table = lance.connect(settings.lance_path).open_table("memories")
     rows = table.search().select(["memory_ref", "source_episode_ids"]).limit(None).to_arrow().to_pylist()
     refs = {r["source_episode_ids"][0]: r["memory_ref"] for r in rows}
-    app = create_app(settings, tokens={TOKEN_ALL: "*", TOKEN_ADA: ["ada"]})
+    # These tests exercise the API (filters, echo, modes) with a low floor that still drops
+    # nonsense; the default floor is tested in test_recall.py and measured in bench_recall.py.
+    config = RecallConfig.for_model(settings.embedding_model, min_similarity=0.1)
+    app = create_app(settings, recall_config=config, tokens={TOKEN_ALL: "*", TOKEN_ADA: ["ada"]})
     with BackgroundServer(app) as server:
         yield World(settings, server.url, refs)
 

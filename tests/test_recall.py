@@ -126,7 +126,7 @@ def test_similarity_floor_drops_noise(table, embedder):
     assert ask(table, embedder, "ada", query, k=5, config=RecallConfig(min_similarity=0.0))
     assert ask(table, embedder, "ada", query, k=5, config=RecallConfig(min_similarity=0.5)) == []
     floored = RecallConfig.for_model("all-MiniLM-L6-v2")
-    assert floored.floor == 0.15
+    assert floored.floor == 0.2
     assert RecallConfig.for_model("openai:text-embedding-3-small").floor == 0.35
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -28,9 +28,49 @@ def weighted(scores: list[np.ndarray], weights: list[float]) -> np.ndarray:
     return total
 
 
-def recency_factor(ts: list[datetime | None], now: datetime, config: RecallConfig) -> np.ndarray:
-    """0.5 ** (age / half-life), mapped onto [floor, 1]; unknown times count as new."""
-    age_days = np.array([max((now - t).total_seconds() / 86400.0, 0.0) if t is not None else 0.0 for t in ts])
+def scaled(cosine: np.ndarray, bm25: np.ndarray, weights: list[float]) -> np.ndarray:
+    """Weighted sum on each retriever's own scale: cosine as is, BM25 over the query's best BM25.
+
+    Unlike min-max, a memory's score does not depend on which other candidates came
+    back, so memories added to the pool later (context neighbours) score alike.
+    """
+    cosine = np.clip(np.nan_to_num(cosine.astype(np.float64), nan=0.0), 0.0, 1.0)
+    bm25 = np.nan_to_num(bm25.astype(np.float64), nan=0.0)
+    best = bm25.max() if len(bm25) else 0.0
+    return weights[0] * cosine + weights[1] * (bm25 / best if best > 0 else np.zeros_like(bm25))
+
+
+def neighbourhood(score: np.ndarray, ts: np.ndarray, window: int, gap_seconds: float) -> np.ndarray:
+    """For memories in time order, the best score among the `window` before and after each one.
+
+    A pause longer than `gap_seconds` ends a conversation: nothing across it is a neighbour.
+    An answer ("Adoption agencies.") rarely repeats the words of the question it
+    answers, which sits one turn earlier: the neighbourhood lends it that context.
+    """
+    n = len(score)
+    best = np.zeros(n, dtype=np.float64)
+    if n < 2 or window <= 0:
+        return best
+    seconds = ts.astype("datetime64[us]").astype(np.int64) / 1e6
+    run = np.concatenate([[0], np.cumsum(np.diff(seconds) > gap_seconds)])
+    for step in range(1, min(window, n - 1) + 1):
+        same = run[step:] == run[:-step]
+        # item i+step's earlier neighbour is i, and item i's later neighbour is i+step
+        best[step:] = np.maximum(best[step:], np.where(same, score[:-step], 0.0))
+        best[:-step] = np.maximum(best[:-step], np.where(same, score[step:], 0.0))
+    return best
+
+
+def recency_factor(ts, now: datetime, config: RecallConfig) -> np.ndarray:
+    """0.5 ** (age / half-life), mapped onto [floor, 1]; unknown times count as new.
+
+    `ts` is a list of datetimes or a datetime64 array (NaT for unknown).
+    """
+    if now.tzinfo is not None:
+        now = now.astimezone(UTC).replace(tzinfo=None)  # stored times are naive UTC
+    stamps = np.array([np.datetime64("NaT") if t is None else t for t in ts], dtype="datetime64[us]")
+    age_days = (np.datetime64(now, "us") - stamps) / np.timedelta64(86400, "s")
+    age_days = np.clip(np.nan_to_num(age_days.astype(np.float64), nan=0.0), 0.0, None)
     half = np.power(0.5, age_days / config.half_life_days)
     return config.recency_floor + (1.0 - config.recency_floor) * half
 
@@ -44,7 +84,6 @@ def mmr(relevance: np.ndarray, vectors: np.ndarray, k: int, lam: float) -> list[
     if len(relevance) == 0:
         return []
     rel = relevance / relevance.max() if relevance.max() > 0 else relevance
-    sims = vectors @ vectors.T
     chosen: list[int] = []
     best_sim = np.full(len(rel), -np.inf)
     for _ in range(min(k, len(rel))):
@@ -53,5 +92,6 @@ def mmr(relevance: np.ndarray, vectors: np.ndarray, k: int, lam: float) -> list[
         value[chosen] = -np.inf
         pick = int(np.argmax(value))
         chosen.append(pick)
-        best_sim = np.maximum(best_sim, sims[pick])
+        # one row of similarities per pick (k x n), not the n x n matrix
+        best_sim = np.maximum(best_sim, vectors @ vectors[pick])
     return chosen

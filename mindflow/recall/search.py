@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,10 @@ def _rows(table: pa.Table | None) -> list[dict]:
     return table.to_pylist() if table is not None and table.num_rows else []
 
 
+# Both retrievers run at once: each spends most of its time inside LanceDB, off the GIL.
+_RETRIEVERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mindflow-recall")
+
+
 def recall(
     table,
     being_id: str,
@@ -34,7 +39,8 @@ def recall(
     until: datetime | None = None,
     now: datetime | None = None,
 ) -> list[Memory]:
-    """Hybrid recall: vector and full-text candidates fused, weighted by decay and recency, then MMR."""
+    """Hybrid recall: vector and full-text candidates fused, lifted by their context,
+    weighted by decay and recency, then MMR."""
     config = config or RecallConfig()
     where = primitives.memory_filter(
         being_id, statuses=RECALLABLE, exclude_refs=exclude_refs, since=since, until=until
@@ -42,59 +48,135 @@ def recall(
     if table is None or k <= 0:
         return []
     limit = max(config.candidates, 2 * k)
-    by_vector = _rows(primitives.vector_candidates(table, query_vector, where, limit))
-    by_text = _rows(primitives.text_candidates(table, query, where, limit))
-    rows: dict[str, dict] = {}
-    vector_rank: dict[str, int] = {}
-    text_rank: dict[str, int] = {}
-    bm25: dict[str, float] = {}
-    for rank, row in enumerate(by_vector):
-        rows.setdefault(row["memory_ref"], row)
-        vector_rank[row["memory_ref"]] = rank
-    for rank, row in enumerate(by_text):
-        rows.setdefault(row["memory_ref"], row)
-        text_rank[row["memory_ref"]] = rank
-        bm25[row["memory_ref"]] = float(row["_score"])
-    if not rows:
+    slim = primitives.RANKING_COLUMNS
+    by_vector = by_text = None
+    if config.vector_weight > 0:
+        by_vector = _RETRIEVERS.submit(primitives.vector_candidates, table, query_vector, where, limit, slim)
+    if config.text_weight > 0:
+        by_text = _RETRIEVERS.submit(primitives.text_candidates, table, query, where, limit, slim)
+    by_vector = by_vector.result() if by_vector is not None else None
+    by_text = by_text.result() if by_text is not None else None
+    found = [t for t in (by_vector, by_text) if t is not None and t.num_rows]
+    if not found:
         return []
-    refs = list(rows)
-    vectors = np.asarray([rows[r]["vector"] for r in refs], dtype=np.float32)
-    vectors /= np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+    pool = _unique(pa.concat_tables([t.select(slim) for t in found]))
+    vector_rank = _ranks(by_vector)
+    text_rank = _ranks(by_text)
+    bm25 = dict(zip(text_rank, by_text.column("_score").to_pylist(), strict=True)) if text_rank else {}
     q = np.asarray(query_vector, dtype=np.float32)
     q = q / max(float(np.linalg.norm(q)), 1e-12)
-    cosine = vectors @ q
-    keep = cosine >= config.floor
-    if not keep.any():
-        return []
-    refs = [r for r, kept in zip(refs, keep, strict=True) if kept]
-    vectors, cosine = vectors[keep], cosine[keep]
-
-    v_rank = np.array([vector_rank.get(r, -1) for r in refs])
-    t_rank = np.array([text_rank.get(r, -1) for r in refs])
     weights = [config.vector_weight, config.text_weight]
-    if config.fusion == "rrf":
-        fused = rerank.rrf([v_rank, t_rank], weights, config.rrf_k)
-    else:
-        fused = rerank.weighted([cosine, np.array([bm25.get(r, 0.0) for r in refs])], weights)
-    decay = rerank.decay_factor(np.array([rows[r]["decay_score"] or 1.0 for r in refs]), config)
-    recency = rerank.recency_factor([rows[r]["ts"] for r in refs], now or utcnow(), config)
+
+    def score(rows: pa.Table):
+        refs = rows.column("memory_ref").to_pylist()
+        vectors = _unit(primitives.vectors_of(rows))
+        cosine = vectors @ q
+        v_rank = np.array([vector_rank.get(r, -1) for r in refs])
+        t_rank = np.array([text_rank.get(r, -1) for r in refs])
+        bm = np.array([bm25.get(r, 0.0) for r in refs], dtype=np.float64)
+        if config.fusion == "rrf":
+            fused = rerank.rrf([v_rank, t_rank], weights, config.rrf_k)
+        elif config.fusion == "scaled":
+            fused = rerank.scaled(cosine, bm, weights)
+        else:
+            fused = rerank.weighted([cosine, bm], weights)
+        return refs, vectors, cosine, v_rank, t_rank, bm, fused
+
+    refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
+    context = np.zeros(len(refs))
+    support = cosine  # what the floor applies to: the memory's or, with context, its neighbourhood's
+    if config.context_window > 0:
+        pool, context, lifted, scored = _with_context(table, where, pool, fused, config, score)
+        if scored is not None:
+            refs, vectors, cosine, v_rank, t_rank, bm, fused = scored
+            support = lifted
+    keep = np.flatnonzero(support >= config.floor)
+    if len(keep) == 0:
+        return []
+    fused = fused[keep] + context[keep]
+    decay_scores = pool.column("decay_score").to_numpy(zero_copy_only=False)[keep].astype(np.float64)
+    decay = rerank.decay_factor(np.nan_to_num(decay_scores, nan=1.0), config)
+    recency = rerank.recency_factor(pool.column("ts").to_numpy()[keep], now or utcnow(), config)
     final = fused * decay * recency
-    order = rerank.mmr(final, vectors, k, config.mmr_lambda)
+    chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], k, config.mmr_lambda)]
+    position = {int(i): j for j, i in enumerate(keep)}
+    details = _rows(primitives.rows_by_ref(table, where, [refs[i] for i in chosen]))
+    by_ref = {row["memory_ref"]: row for row in details}
     out = []
-    for i in order:
-        memory = Memory.from_row(rows[refs[i]])
-        memory.score = float(final[i])
+    for i in chosen:
+        row = by_ref.get(refs[i])
+        if row is None:  # deleted by a publish since the candidates were read
+            continue
+        j = position[i]
+        memory = Memory.from_row(row)
+        memory.score = float(final[j])
         memory.parts = {
             "cosine": float(cosine[i]),
-            "bm25": bm25.get(refs[i], 0.0),
+            "bm25": float(bm[i]),
             "vector_rank": int(v_rank[i]),
             "text_rank": int(t_rank[i]),
-            "fused": float(fused[i]),
-            "decay": float(decay[i]),
-            "recency": float(recency[i]),
+            "context": float(context[i]),
+            "fused": float(fused[j]),
+            "decay": float(decay[j]),
+            "recency": float(recency[j]),
         }
         out.append(memory)
     return out
+
+
+def _with_context(table, where: str, pool: pa.Table, fused: np.ndarray, config: RecallConfig, score):
+    """Read the neighbours of the best candidates, add them to the pool, and lift each
+    memory by its best neighbour: returns (pool, context bonus, floor support, new scores)."""
+    top = np.argsort(-fused, kind="stable")[: config.context_top]
+    gap = timedelta(minutes=config.context_gap_minutes)
+    times = [t for t in pool.column("ts").take(pa.array(top, type=pa.int64())).to_pylist() if t is not None]
+    around = primitives.rows_around(
+        table,
+        where,
+        times,
+        gap * config.context_window,
+        # a safety bound for a being that writes many memories a minute
+        config.context_top * (2 * config.context_window + 1) * 20,
+        primitives.RANKING_COLUMNS,
+    )
+    if around is None or around.num_rows == 0:
+        return pool, np.zeros(pool.num_rows), None, None
+    known = set(pool.column("memory_ref").to_pylist())
+    around_refs = around.column("memory_ref").to_pylist()
+    new = [i for i, r in enumerate(around_refs) if r not in known]
+    pool = pa.concat_tables([pool, around.select(pool.column_names).take(pa.array(new, type=pa.int64()))])
+    scored = score(pool)
+    refs, _, cosine, _, _, _, fused = scored
+    ts = pool.column("ts").to_numpy()
+    order = np.lexsort((np.array(refs), ts))
+    fetched = set(around_refs)
+    # Only memories read with their whole window know all their neighbours.
+    in_window = np.array([refs[i] in fetched for i in order])
+    seconds = gap.total_seconds()
+    lift = rerank.neighbourhood(fused[order], ts[order], config.context_window, seconds)
+    near = rerank.neighbourhood(np.clip(cosine[order], 0, None), ts[order], config.context_window, seconds)
+    context = np.zeros(len(refs))
+    context[order] = np.where(in_window, config.context_weight * lift, 0.0)
+    support = cosine.copy()
+    support[order] = np.where(in_window, np.maximum(cosine[order], near), cosine[order])
+    return pool, context, support, scored
+
+
+def _ranks(found: pa.Table | None) -> dict[str, int]:
+    if found is None:
+        return {}
+    return {ref: i for i, ref in enumerate(found.column("memory_ref").to_pylist())}
+
+
+def _unique(rows: pa.Table) -> pa.Table:
+    """First row of each memory_ref (a memory found by both retrievers appears twice)."""
+    refs = rows.column("memory_ref").to_pylist()
+    first = sorted({ref: i for i, ref in reversed(list(enumerate(refs)))}.values())
+    return rows.take(pa.array(first, type=pa.int64()))
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
 
 def search_memory(table, being_id: str, query: str, *, mode: str = "or", k: int = 10) -> list[Memory]:

