@@ -6,8 +6,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 # Cosine floors per embedding model: a candidate less similar than this is noise.
-# The seed's 0.35 was set for text-embedding-3-small; MiniLM's cosines run lower,
-# so its floor is calibrated on LoCoMo (bench/bench_recall.py prints the effect).
+# The seed's 0.35 was set for text-embedding-3-small; MiniLM's cosines run lower.
+# MiniLM's 0.2 is calibrated on LoCoMo: it loses no question's evidence from the top
+# 10 and silences questions no chat answers ("kubernetes pod eviction policy"),
+# while 0.3 starts losing answers (bench/bench_recall.py prints the table).
 MIN_SIMILARITY = {
     "all-MiniLM-L6-v2": 0.2,
     "sentence-transformers/all-MiniLM-L6-v2": 0.2,
@@ -18,22 +20,33 @@ DEFAULT_MIN_SIMILARITY = 0.2
 
 @dataclass(frozen=True)
 class RecallConfig:
-    """Every knob of the ranking pipeline: candidates -> fusion -> weighting -> MMR."""
+    """Every knob of the ranking pipeline: candidates -> fusion -> context -> weighting -> MMR.
 
+    The defaults are measured on LoCoMo by bench/bench_recall.py (README: Recall quality).
+    """
+
+    # `scaled`: cosine as is + BM25 / the query's best BM25. RRF throws away how much
+    # better the first hit is than the tenth, and its scores are so flat (1/61 vs 1/70)
+    # that any multiplicative factor (recency, decay) outweighs relevance.
     fusion: Literal["rrf", "weighted", "scaled"] = "scaled"
     vector_weight: float = 0.5  # a retriever weighted 0 is not queried at all
     text_weight: float = 0.5
     rrf_k: int = 60
-    candidates: int = 100  # per retriever, before fusion
+    candidates: int = 100  # per retriever, before fusion (50 loses ~0.5 point of hit@5)
     # Context: a memory also scores by its neighbours, the `context_window` memories
-    # before and after it with no pause over `context_gap_minutes` between them.
-    # Neighbours are read around the `context_top` best candidates. 0 turns it off.
+    # before and after it with no pause over `context_gap_minutes` between them
+    # (bonus = context_weight x the best neighbour's fused score); the memory returned
+    # stays the real one. An answer rarely repeats the words of the question it
+    # answers, which sits a turn or two earlier. Neighbours are read around the
+    # `context_top` best candidates. 0 turns it off.
     context_window: int = 2
-    context_weight: float = 0.5  # bonus = weight x the best neighbour's fused score
+    context_weight: float = 0.5
     context_gap_minutes: float = 10.0
     context_top: int = 10
     half_life_days: float = 30.0  # recency factor: 0.5 ** (age / half_life) ...
-    recency_floor: float = 0.9  # ... mapped onto [floor, 1] so old memories stay findable
+    # ... mapped onto [floor, 1]: a fresh memory wins a tie, but a memory of last
+    # year that is clearly more relevant still wins (0.5 halved old evidence).
+    recency_floor: float = 0.9
     decay_exponent: float = 0.5  # factor = min(decay_score, 1) ** exponent
     mmr_lambda: float = 0.7
     min_similarity: float | None = None  # None: MIN_SIMILARITY of the model

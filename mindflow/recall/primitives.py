@@ -135,19 +135,31 @@ def vectors_of(rows: pa.Table) -> np.ndarray:
     return np.asarray(column.to_pylist(), dtype=np.float32)
 
 
-def rows_around(
-    table, where: str, times: list[datetime], radius: timedelta, limit: int, columns: list[str] = ALL_COLUMNS
-) -> pa.Table | None:
-    """Every memory within `radius` of one of `times`, overlapping windows merged into one range."""
-    windows: list[list[datetime]] = []
+def windows(times: list[datetime], radius: timedelta) -> list[tuple[datetime, datetime]]:
+    """[t - radius, t + radius] around each time, overlapping ones merged, in time order."""
+    merged: list[list[datetime]] = []
     for t in sorted(times):
-        if windows and t - radius <= windows[-1][1]:
-            windows[-1][1] = t + radius
+        if merged and t - radius <= merged[-1][1]:
+            merged[-1][1] = t + radius
         else:
-            windows.append([t - radius, t + radius])
-    if not windows:
+            merged.append([t - radius, t + radius])
+    return [(start, end) for start, end in merged]
+
+
+def rows_around(
+    table,
+    where: str,
+    spans: list[tuple[datetime, datetime]],
+    limit: int,
+    also: list[str] = (),
+    columns: list[str] = ALL_COLUMNS,
+) -> pa.Table | None:
+    """Every memory within one of the time `spans`, plus the memories `also` names."""
+    wanted = [
+        f"({lance.compare('ts', '>=', start)} AND {lance.compare('ts', '<=', end)})" for start, end in spans
+    ]
+    if also:
+        wanted.append(lance.where(memory_ref=also))
+    if not wanted:
         return None
-    ranges = " OR ".join(
-        f"({lance.compare('ts', '>=', start)} AND {lance.compare('ts', '<=', end)})" for start, end in windows
-    )
-    return filtered_rows(table, lance.all_of(where, f"({ranges})"), limit, columns)
+    return filtered_rows(table, lance.all_of(where, " OR ".join(wanted)), limit + len(also), columns)

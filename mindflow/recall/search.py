@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mindflow import lance
 from mindflow.models import utcnow
@@ -22,8 +23,9 @@ def _rows(table: pa.Table | None) -> list[dict]:
     return table.to_pylist() if table is not None and table.num_rows else []
 
 
-# Both retrievers run at once: each spends most of its time inside LanceDB, off the GIL.
-_RETRIEVERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mindflow-recall")
+# The full-text search runs here while the calling thread runs the vector search:
+# both spend their time inside LanceDB, off the GIL.
+_RETRIEVERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mindflow-recall")
 
 
 def recall(
@@ -50,11 +52,10 @@ def recall(
     limit = max(config.candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
     by_vector = by_text = None
-    if config.vector_weight > 0:
-        by_vector = _RETRIEVERS.submit(primitives.vector_candidates, table, query_vector, where, limit, slim)
     if config.text_weight > 0:
         by_text = _RETRIEVERS.submit(primitives.text_candidates, table, query, where, limit, slim)
-    by_vector = by_vector.result() if by_vector is not None else None
+    if config.vector_weight > 0:
+        by_vector = primitives.vector_candidates(table, query_vector, where, limit, slim)
     by_text = by_text.result() if by_text is not None else None
     found = [t for t in (by_vector, by_text) if t is not None and t.num_rows]
     if not found:
@@ -82,26 +83,41 @@ def recall(
             fused = rerank.weighted([cosine, bm], weights)
         return refs, vectors, cosine, v_rank, t_rank, bm, fused
 
+    now = now or utcnow()
+
+    def weighting(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        decay_scores = rows.column("decay_score").to_numpy(zero_copy_only=False).astype(np.float64)
+        decay = rerank.decay_factor(np.nan_to_num(decay_scores, nan=1.0), config)
+        return decay, rerank.recency_factor(rows.column("ts").to_numpy(), now, config)
+
     refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
+    decay, recency = weighting(pool)
     context = np.zeros(len(refs))
+    around = None
     support = cosine  # what the floor applies to: the memory's or, with context, its neighbourhood's
     if config.context_window > 0:
-        pool, context, lifted, scored = _with_context(table, where, pool, fused, config, score)
+        pool, context, lifted, scored, around = _with_context(
+            table, where, pool, fused * decay * recency, k, config, score
+        )
         if scored is not None:
             refs, vectors, cosine, v_rank, t_rank, bm, fused = scored
+            decay, recency = weighting(pool)
             support = lifted
     keep = np.flatnonzero(support >= config.floor)
     if len(keep) == 0:
         return []
-    fused = fused[keep] + context[keep]
-    decay_scores = pool.column("decay_score").to_numpy(zero_copy_only=False)[keep].astype(np.float64)
-    decay = rerank.decay_factor(np.nan_to_num(decay_scores, nan=1.0), config)
-    recency = rerank.recency_factor(pool.column("ts").to_numpy()[keep], now or utcnow(), config)
+    fused, decay, recency = fused[keep] + context[keep], decay[keep], recency[keep]
     final = fused * decay * recency
     chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], k, config.mmr_lambda)]
     position = {int(i): j for j, i in enumerate(keep)}
-    details = _rows(primitives.rows_by_ref(table, where, [refs[i] for i in chosen]))
-    by_ref = {row["memory_ref"]: row for row in details}
+    # The context windows were read whole and hold nearly every memory chosen;
+    # read the rest by ref.
+    by_ref = {row["memory_ref"]: row for row in _rows(_of_refs(around, [refs[i] for i in chosen]))}
+    missing = [refs[i] for i in chosen if refs[i] not in by_ref]
+    if missing:
+        by_ref.update(
+            (row["memory_ref"], row) for row in _rows(primitives.rows_by_ref(table, where, missing))
+        )
     out = []
     for i in chosen:
         row = by_ref.get(refs[i])
@@ -124,34 +140,43 @@ def recall(
     return out
 
 
-def _with_context(table, where: str, pool: pa.Table, fused: np.ndarray, config: RecallConfig, score):
-    """Read the neighbours of the best candidates, add them to the pool, and lift each
-    memory by its best neighbour: returns (pool, context bonus, floor support, new scores)."""
-    top = np.argsort(-fused, kind="stable")[: config.context_top]
+def _with_context(
+    table,
+    where: str,
+    pool: pa.Table,
+    weighted: np.ndarray,
+    k: int,
+    config: RecallConfig,
+    score,
+):
+    """Read the neighbours of the best candidates, add them to the pool, and lift each memory
+    by its best neighbour.
+
+    Returns (pool, context bonus, floor support, new scores, the rows read). The best
+    candidates are those of the final score so far (fused x decay x recency); the same
+    read brings their full rows, so the chosen memories rarely need a read of their own.
+    """
+    ranked = np.argsort(-weighted, kind="stable")
+    top = pool.column("ts").take(pa.array(ranked[: config.context_top], type=pa.int64())).to_pylist()
     gap = timedelta(minutes=config.context_gap_minutes)
-    times = [t for t in pool.column("ts").take(pa.array(top, type=pa.int64())).to_pylist() if t is not None]
-    around = primitives.rows_around(
-        table,
-        where,
-        times,
-        gap * config.context_window,
-        # a safety bound for a being that writes many memories a minute
-        config.context_top * (2 * config.context_window + 1) * 20,
-        primitives.RANKING_COLUMNS,
-    )
+    spans = primitives.windows([t for t in top if t is not None], gap * config.context_window)
+    also = pool.column("memory_ref").take(pa.array(ranked[: 3 * k], type=pa.int64())).to_pylist()
+    # a safety bound for a being that writes many memories a minute
+    limit = config.context_top * (2 * config.context_window + 1) * 20
+    around = primitives.rows_around(table, where, spans, limit, also)
     if around is None or around.num_rows == 0:
-        return pool, np.zeros(pool.num_rows), None, None
+        return pool, np.zeros(pool.num_rows), None, None, None
     known = set(pool.column("memory_ref").to_pylist())
-    around_refs = around.column("memory_ref").to_pylist()
-    new = [i for i, r in enumerate(around_refs) if r not in known]
+    new = [i for i, r in enumerate(around.column("memory_ref").to_pylist()) if r not in known]
     pool = pa.concat_tables([pool, around.select(pool.column_names).take(pa.array(new, type=pa.int64()))])
     scored = score(pool)
     refs, _, cosine, _, _, _, fused = scored
     ts = pool.column("ts").to_numpy()
     order = np.lexsort((np.array(refs), ts))
-    fetched = set(around_refs)
-    # Only memories read with their whole window know all their neighbours.
-    in_window = np.array([refs[i] in fetched for i in order])
+    # Only memories inside a window read whole know all their neighbours.
+    in_window = np.zeros(len(order), dtype=bool)
+    for start, end in spans:
+        in_window |= (ts[order] >= np.datetime64(start, "us")) & (ts[order] <= np.datetime64(end, "us"))
     seconds = gap.total_seconds()
     lift = rerank.neighbourhood(fused[order], ts[order], config.context_window, seconds)
     near = rerank.neighbourhood(np.clip(cosine[order], 0, None), ts[order], config.context_window, seconds)
@@ -159,7 +184,15 @@ def _with_context(table, where: str, pool: pa.Table, fused: np.ndarray, config: 
     context[order] = np.where(in_window, config.context_weight * lift, 0.0)
     support = cosine.copy()
     support[order] = np.where(in_window, np.maximum(cosine[order], near), cosine[order])
-    return pool, context, support, scored
+    return pool, context, support, scored, around
+
+
+def _of_refs(rows: pa.Table | None, refs: list[str]) -> pa.Table | None:
+    """The rows of `rows` whose memory_ref is one of `refs`, without the vector."""
+    if rows is None or not refs:
+        return None
+    chosen = pc.is_in(rows.column("memory_ref"), value_set=pa.array(refs, pa.string()))
+    return rows.filter(chosen).drop_columns(["vector"])
 
 
 def _ranks(found: pa.Table | None) -> dict[str, int]:
