@@ -222,6 +222,7 @@ def main() -> int:
             vector_weight=0.7,
             text_weight=0.3,
             candidates=50,
+            vector_candidates=50,
             context_window=0,
             recency_floor=0.5,
             min_similarity=0.15,

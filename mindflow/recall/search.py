@@ -49,13 +49,13 @@ def recall(
     )
     if table is None or k <= 0:
         return []
-    limit = max(config.candidates, 2 * k)
+    limit, vector_limit = max(config.candidates, 2 * k), max(config.vector_candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
     by_vector = by_text = None
     if config.text_weight > 0:
         by_text = _RETRIEVERS.submit(primitives.text_candidates, table, query, where, limit, slim)
     if config.vector_weight > 0:
-        by_vector = primitives.vector_candidates(table, query_vector, where, limit, slim)
+        by_vector = primitives.vector_candidates(table, query_vector, where, vector_limit, slim)
     by_text = by_text.result() if by_text is not None else None
     found = [t for t in (by_vector, by_text) if t is not None and t.num_rows]
     if not found:
