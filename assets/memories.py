@@ -44,12 +44,15 @@ def memories(
     duplicated = sum(1 for n in counts.values() if n > 1)
     extra = (report.rows - sum(counts.values())) if table is not None else 0
     context.log.info(f"published {report.upserted} rows, removed {report.deleted}")
+    if report.indexes_built:
+        context.log.info(f"built indexes on {', '.join(report.indexes_built)}")
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": report.rows,
             "upserted": report.upserted,
             "deleted": report.deleted,
             "table_version": report.version if report.version is not None else -1,
+            "indexes_built": ", ".join(report.indexes_built) or "none",
             "per_being": dg.MetadataValue.json(per_being),
         },
         check_results=[

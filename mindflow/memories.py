@@ -6,7 +6,7 @@ it touches, so rewriting every memory nightly would keep the indexes cold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import duckdb
@@ -18,6 +18,13 @@ from mindflow.models import utcnow
 
 TABLE = "memories"
 DELETE_CHUNK = 500
+# Scalar indexes turn the being/status prefilter of every recall, its context windows
+# (`ts`) and its reads by ref into index lookups instead of scans: recall at 10,000
+# memories takes about half the time with them (bench/bench_latency.py).
+SCALAR_INDEXES = {"being_id": "BITMAP", "status": "BITMAP", "memory_ref": "BTREE", "ts": "BTREE"}
+# Below this many rows a flat scan of the vectors is fast and exact; above it an
+# IVF_HNSW_SQ index reads a few partitions instead of every vector.
+VECTOR_INDEX_MIN_ROWS = 50_000
 
 # The rows recall may serve, with a hash of everything recall reads except the
 # vector (which follows from the text). The decay score is rounded so that
@@ -46,6 +53,33 @@ class PublishReport:
     deleted: int = 0
     rows: int = 0
     version: int | None = None
+    indexes_built: list[str] = field(default_factory=list)
+
+
+def ensure_indexes(table, vector_min_rows: int = VECTOR_INDEX_MIN_ROWS) -> list[str]:
+    """Build the indexes recall needs that the table lacks; returns the columns indexed.
+
+    Rows written later are folded into existing indexes by `optimize()`.
+    """
+    from lancedb.index import FTS, Bitmap, BTree, IvfHnswSq
+
+    have = {column for index in table.list_indices() for column in index.columns}
+    built = []
+    if "text" not in have:
+        table.create_index("text", config=FTS(), replace=True)
+        built.append("text")
+    for column, kind in SCALAR_INDEXES.items():
+        if column not in have:
+            table.create_index(column, config=Bitmap() if kind == "BITMAP" else BTree(), replace=True)
+            built.append(column)
+    rows = table.count_rows()
+    if "vector" not in have and rows >= vector_min_rows:
+        partitions = max(1, int(np.sqrt(rows) / 6))
+        table.create_index(
+            "vector", config=IvfHnswSq(distance_type="cosine", num_partitions=partitions), replace=True
+        )
+        built.append("vector")
+    return built
 
 
 def desired_refs_sql() -> str:
@@ -78,10 +112,7 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
         if changed.num_rows:
             batch = _to_lance(changed)
             if table is None:
-                from lancedb.index import FTS
-
                 table = db.create_table(TABLE, data=batch)
-                table.create_index("text", config=FTS(), replace=True)
             else:
                 (
                     table.merge_insert("memory_ref")
@@ -95,7 +126,8 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
                 table.delete(lance.where(memory_ref=removed[start : start + DELETE_CHUNK]))
             report.deleted = len(removed)
         if table is not None and (report.upserted or report.deleted):
-            # Folds new rows into the full-text index and compacts small fragments.
+            report.indexes_built = ensure_indexes(table)
+            # Folds new rows into the indexes and compacts small fragments.
             table.optimize()
         # LanceDB holds the rows now; record what was published, so a failure before
         # this point simply republishes the same rows next time.
