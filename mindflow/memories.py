@@ -1,4 +1,8 @@
-"""Publishing the recall table: active and dormant memories, from DuckDB to LanceDB `memories`.
+"""Publishing the recall table: every memory not archived, from DuckDB to LanceDB `memories`.
+
+Active, dying and dormant memories are what recall serves; dead ones are published
+too (status `dead`) because the seed's recall_memory and search_memory reach into
+them, and reaching a dead memory reinforces it twice as much.
 
 Only rows whose content changed are written: a LanceDB update un-indexes the rows
 it touches, so rewriting every memory nightly would keep the indexes cold.
@@ -32,7 +36,8 @@ VECTOR_INDEX_MIN_ROWS = 50_000
 _DESIRED_SQL = """
     SELECT n.node_id AS memory_ref, n.being_id, n.kind,
            n.scene.action AS text, n.feeling, n.themes,
-           CASE WHEN d.status = 'dormant' THEN 'dormant' ELSE n.status END AS status,
+           CASE WHEN n.status = 'dead' THEN 'dead' WHEN d.status = 'dormant' THEN 'dormant'
+                ELSE n.status END AS status,
            n.importance, n.episode_ts AS ts, n.cluster_id, n.source_episode_ids, n.pinned,
            n.trigger,
            [w.date for w in n.scene."when"] AS when_dates,
@@ -43,7 +48,7 @@ _DESIRED_SQL = """
                array_to_string([w.date for w in n.scene."when"], ','),
                round(coalesce(d.score, 1.0), 1))) AS row_hash
     FROM nodes n LEFT JOIN decay_scores d ON d.memory_ref = n.node_id
-    WHERE n.status IN ('active', 'dying') AND coalesce(d.status, 'active') <> 'archived'
+    WHERE n.status IN ('active', 'dying', 'dead') AND coalesce(d.status, 'active') <> 'archived'
 """
 
 

@@ -184,3 +184,22 @@ def test_cluster_memories_newest_first(table, embedder):
 def test_no_table_yet_means_no_memories(settings, embedder):
     assert open_memories(settings.lance_path) is None
     assert recall(None, "ada", "x", embedder.encode(["x"])[0]) == []
+
+
+def test_dead_memories_only_through_search_and_their_cluster(settings, con, table, embedder):
+    """Dead memories stay out of recall; search_memory and recall_memory reach them (+2)."""
+    from mindflow.events import recall_event
+
+    (ref,) = con.execute(
+        "SELECT node_id FROM nodes WHERE being_id = 'ada' AND source_episode_ids[1] = 'a6'"
+    ).fetchone()
+    con.execute("UPDATE nodes SET status = 'dead' WHERE node_id = ?", [ref])
+    publish(con, lance.connect(settings.lance_path))
+    table = open_memories(settings.lance_path)
+
+    recalled = ask(table, embedder, "ada", "IBAN rows rejected by the CSV importer", k=7, config=NO_FLOOR)
+    assert ref not in {m.memory_ref for m in recalled}
+    (found,) = search_memory(table, "ada", "IBAN", k=10)
+    assert (found.memory_ref, found.status) == (ref, "dead")
+    assert ref in {m.memory_ref for m in cluster_memories(table, "ada", found.cluster_id, k=100)}
+    assert recall_event("ada", "search_memory", [ref], [found.status]).increments == (2,)

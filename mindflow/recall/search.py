@@ -15,8 +15,9 @@ from mindflow.recall import primitives, rerank
 from mindflow.recall.config import RecallConfig
 from mindflow.recall.models import Memory
 
-RECALLABLE = ("active", "dying")  # dormant memories only through search_memory
-SEARCHABLE = ("active", "dying", "dormant")
+RECALLABLE = ("active", "dying")
+# search_memory and a cluster's memories also reach dormant and dead memories, as in the seed
+SEARCHABLE = ("active", "dying", "dormant", "dead")
 
 
 def _rows(table: pa.Table | None) -> list[dict]:
