@@ -346,8 +346,8 @@ def test_register_nodes_made_by_the_patrol(con, settings, embedder):
     ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 1), now=created)
     run_patrol(con, BEING, embedder, now=created + timedelta(days=1))
 
-    assert register_nodes(con, created, DecayParams()) == 5
-    assert register_nodes(con, created, DecayParams()) == 0
+    assert len(register_nodes(con, created, DecayParams())) == 5
+    assert register_nodes(con, created, DecayParams()) == []
 
     refs = {eid: row(con, node_of[eid]) for eid in ("fact", "decision", "remember", "old", "pinned")}
     assert con.execute("SELECT count(*) FROM decay_scores").fetchall()[0][0] == 5
