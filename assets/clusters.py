@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.nodes import PATROL, nodes, per_being_table
 from mindflow import patrol
+from mindflow.audit.tables import log_cluster_changes
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource
 
@@ -42,6 +43,7 @@ def clusters(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Ma
                 "SELECT count(*) FROM clusters WHERE being_id = ?", [being_id]
             ).fetchall()[0][0]
             per_being[being_id] = {"clusters": clusters_now, **report.counts}
+        log_cluster_changes(con, duckdb.settings(), per_being, run_id=context.run_id)
 
     def total(key: str) -> int:
         return sum(counts[key] for counts in per_being.values())

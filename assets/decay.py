@@ -3,6 +3,8 @@
 import dagster as dg
 
 from assets.partitions import daily
+from mindflow import audit
+from mindflow.audit.tables import log_decay_transitions
 from mindflow.decay import STATUSES, TYPE_WEIGHTS, DecayParams, run_decay
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource
@@ -31,7 +33,9 @@ def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> d
     params = DecayParams()
     upper = params.cap * max(TYPE_WEIGHTS.values())
     with duckdb.connect() as con:
+        integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
         report = run_decay(con, as_of, params)
+        log_decay_transitions(con, duckdb.settings(), report.transitions, run_id=context.run_id)
         out_of_range, histogram = con.execute(
             "SELECT count(*) FILTER (WHERE score < 0 OR score > ?), "
             "histogram(floor(score * 4) / 4) FROM decay_scores",
@@ -49,6 +53,7 @@ def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> d
             **{status: report.statuses.get(status, 0) for status in STATUSES},
             **{f"change_{s}": n for s, n in report.changes.items()},
             "score_histogram": dg.MetadataValue.md("| score ≥ | memories |\n|---|---|\n" + bars),
+            **integrity.metadata(),
         },
         check_results=[
             dg.AssetCheckResult(

@@ -5,6 +5,7 @@ from datetime import timedelta
 import dagster as dg
 
 from assets.partitions import beings, daily
+from mindflow import audit
 from mindflow.inbox import ingest
 from mindflow.resources import DuckDBResource, MindflowHome
 
@@ -25,6 +26,8 @@ def episodes(
     start, end = window.start.date(), (window.end - timedelta(days=1)).date()
     settings = mindflow_home.settings()
     with duckdb.connect() as con:
+        # Critical files are verified at the start of every run; changes are logged as ALERT.
+        integrity = audit.verify_critical(settings, con, run_id=context.run_id)
         report = ingest(con, settings.inbox, start, end)
         total = con.execute("SELECT count(*) FROM episodes").fetchone()[0]
         in_range = con.execute(
@@ -55,6 +58,7 @@ def episodes(
             "duplicates": report.duplicates,
             "quarantined": report.quarantined,
             "heartbeats_skipped": report.heartbeats,
+            **integrity.metadata(),
             "files_parsed": report.files,
             "files_done": report.moved_to_done,
             "outside_partitions": report.out_of_range,

@@ -3,7 +3,8 @@
 import dagster as dg
 
 from assets.partitions import beings
-from mindflow import patrol
+from mindflow import audit, patrol
+from mindflow.audit.tables import log_history
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource, EmbeddingResource
 
@@ -31,27 +32,83 @@ def per_being_table(rows: dict[str, dict[str, int]]) -> dg.MetadataValue:
     return dg.MetadataValue.md("\n".join(lines))
 
 
-@dg.asset(deps=[ALL_EPISODES], **PATROL)
+def resolve_llm(context: dg.AssetExecutionContext, settings, purpose: str):
+    """(the purpose's LLM chain or None, metadata); a bad model setting is logged, not fatal.
+
+    A run with a broken LLM configuration still does its mechanical work.
+    """
+    from mindflow.errors import MindflowError
+    from mindflow.llm import resolve
+
+    try:
+        llm = resolve(settings, purpose)
+    except MindflowError as exc:
+        context.log.error(f"LLM configuration: {exc}; running mechanically")
+        return None, {"llm_config_error": str(exc)}
+    if llm is None:
+        return None, {}
+    context.log.info(f"{purpose} model: {' -> '.join(str(s) for s in llm.specs)}")
+    return llm, {"llm/model": llm.model}
+
+
+def llm_metadata(llm, extra: dict) -> dict:
+    """Calls, failures, failovers, tokens and cost of this run's LLM use (never keys)."""
+    return {**extra, **(llm.usage.metadata() if llm is not None else {})}
+
+
+@dg.asset(deps=[ALL_EPISODES], **(PATROL | {"code_version": "2"}))
 def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
-    """Scenes extracted from a being's episodes (mechanically: one scene per episode)."""
+    """Scenes extracted from a being's episodes: by the extraction model in batches when one is
+    configured (with entities, facts and relations), else one scene per episode."""
+    from mindflow import extraction
+
     per_being = {}
+    llm, llm_meta = resolve_llm(context, duckdb.settings(), "extraction")
     with duckdb.connect() as con:
         for being_id in context.partition_keys:
-            report = patrol.step_scenes(con, being_id, utcnow())
+            if llm is not None:
+                report = extraction.extract(
+                    con, being_id, llm, utcnow(),
+                    progress=lambda done, total, b=being_id: context.log.info(
+                        f"{b}: extracted batch {done}/{total}"
+                    ),
+                )  # fmt: skip
+                counts = report.counts()
+                for error in report.errors:
+                    context.log.warning(f"{being_id} extraction: {error}")
+                new = report.scenes
+            else:
+                counts = {}
+                new = patrol.step_scenes(con, being_id, utcnow()).counts["new"]
             total, failed = con.execute(
                 "SELECT count(*), count(*) FILTER (WHERE note_status <> 'ok') FROM scene_notes "
                 "WHERE being_id = ?",
                 [being_id],
             ).fetchall()[0]
-            per_being[being_id] = {"scenes": total, "new": report.counts["new"], "parse_failed": failed}
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": sum(c["scenes"] for c in per_being.values()),
-            "new": sum(c["new"] for c in per_being.values()),
-            "parse_failed": sum(c["parse_failed"] for c in per_being.values()),
-            "per_being": per_being_table(per_being),
-        }
-    )
+            per_being[being_id] = {"scenes": total, **counts, "new": new, "parse_failed": failed}
+
+    def total(key: str) -> int:
+        return sum(c.get(key, 0) for c in per_being.values())
+
+    metadata = {
+        "dagster/row_count": total("scenes"),
+        "new": total("new"),
+        "parse_failed": total("parse_failed"),
+        "extractor": llm.model if llm is not None else "mechanical",
+        "per_being": per_being_table(per_being),
+    }
+    if llm is not None:
+        for key in (
+            "batches",
+            "repaired",
+            "pending",
+            "facts_new",
+            "facts_superseded",
+            "relations",
+            "aliases",
+        ):
+            metadata[key] = total(key)
+    return dg.MaterializeResult(metadata=llm_metadata(llm, {**metadata, **llm_meta}))
 
 
 @dg.asset(
@@ -64,7 +121,7 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
             description="No node sits in another being's cluster, or in no cluster at all.",
         )
     ],
-    **(PATROL | {"code_version": "2"}),
+    **(PATROL | {"code_version": "3"}),
 )
 def nodes(
     context: dg.AssetExecutionContext, duckdb: DuckDBResource, embeddings: EmbeddingResource
@@ -73,24 +130,33 @@ def nodes(
     params = patrol.PatrolParams()
     embedder = embeddings.embedder()
     embedder.progress = lambda done, total: context.log.info(f"embedded {done}/{total} new node texts")
-    context.log.info(patrol.BYOK_SKIP_MESSAGE)
+    llm, llm_meta = resolve_llm(context, duckdb.settings(), "patrol")
+    if llm is None:
+        context.log.info(patrol.BYOK_SKIP_MESSAGE)
     per_being: dict[str, dict[str, int]] = {}
     misplaced = 0
     events_dir = duckdb.settings().events
+    run_started = utcnow()
     with duckdb.connect() as con:
+        # Critical files are verified at the start of every run; changes are logged as ALERT.
+        integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
         for being_id in context.partition_keys:
             now = utcnow()
             folded = patrol.step_fold_events(con, being_id, events_dir, now)
             steps = [
                 folded,
                 patrol.ensure_roots(con, being_id, now),
-                patrol.step_nodes(con, being_id, embedder, params, now),
+                patrol.step_nodes(con, being_id, embedder, params, now, llm=llm),
                 patrol.step_session_counts(con, being_id, now),
                 patrol.step_dying(con, being_id, params, now),
-                patrol.step_revive(con, being_id, params, now),
             ]
-            for step in steps:
-                context.log.info(f"{being_id} {step.step}: {step.counts}")
+            # ❹ sits between ❸ and ❺ in the seed; ❻ after ❺. Both need the patrol model.
+            consolidated = patrol.step_consolidate(con, being_id, llm, now) if llm is not None else None
+            steps.append(patrol.step_revive(con, being_id, params, now))
+            split = patrol.step_split(con, being_id, llm, params, now) if llm is not None else None
+            for step in [*steps, consolidated, split]:
+                if step is not None:
+                    context.log.info(f"{being_id} {step.step}: {step.counts}")
             statuses = dict(
                 con.execute(
                     "SELECT status, count(*) FROM nodes WHERE being_id = ? GROUP BY 1", [being_id]
@@ -112,11 +178,28 @@ def nodes(
                 "active_total": statuses.get("active", 0),
                 "dying_total": statuses.get("dying", 0),
                 "dead_total": statuses.get("dead", 0),
+                "merged": consolidated.counts["merged"] if consolidated else 0,
+                "made_dead": consolidated.counts["made_dead"] if consolidated else 0,
+                "new_subclusters": split.counts["new_subclusters"] if split else 0,
+                "rejected_llm_answers": (consolidated.counts["rejected"] + split.counts["rejected"])
+                if llm is not None
+                else 0,
             }
+        # Dying and revived nodes (the history rows of this run) as table-level audit rows.
+        log_history(con, duckdb.settings(), since=run_started, run_id=context.run_id, actor="patrol")
 
     def total(key: str) -> int:
         return sum(counts[key] for counts in per_being.values())
 
+    if llm is not None:
+        llm_meta |= {
+            "llm_steps": "root classification, ❹ consolidation, ❻ split",
+            "merged": total("merged"),
+            "made_dead": total("made_dead"),
+            "new_subclusters": total("new_subclusters"),
+            "root_by_llm": total("root_by_llm"),
+            "rejected_llm_answers": total("rejected_llm_answers"),
+        }
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": total("nodes"),
@@ -135,6 +218,8 @@ def nodes(
             "embeddings_from_cache": embedder.stats["cached"],
             "llm_steps": "skipped: no model configured (mechanical processing only)",
             "per_being": per_being_table(per_being),
+            **integrity.metadata(),
+            **llm_metadata(llm, llm_meta),
         },
         check_results=[
             dg.AssetCheckResult(

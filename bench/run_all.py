@@ -5,7 +5,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["bench_decay.py", "bench_ingest_patrol.py", "bench_recall.py", "bench_latency.py"]
+BENCHMARKS = [
+    "bench_decay.py",
+    "bench_ingest_patrol.py",
+    "bench_recall.py",
+    "bench_latency.py",
+    "bench_ebooks.py",
+    "bench_llm.py",
+]
 
 if __name__ == "__main__":
     failed = 0

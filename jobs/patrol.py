@@ -6,7 +6,7 @@ from assets.partitions import beings
 
 patrol_job = dg.define_asset_job(
     "patrol",
-    selection=["scene_notes", "nodes", "clusters", "facts_graph", "memories"],
+    selection=["scene_notes", "nodes", "clusters", "journal", "facts_graph", "memories"],
     description="The patrol of one being's memory (steps ❶-❼), then publish recall rows and the facts graph.",
     executor_def=dg.in_process_executor,
 )

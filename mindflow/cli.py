@@ -42,12 +42,15 @@ def ingest(
 
 @app.command()
 def run(
-    job: str = typer.Argument(..., help="ingest | patrol | decay"),
+    job: str = typer.Argument(
+        ..., help="ingest | extraction | patrol | decay | narrative | audit_digest | ebook_reindex"
+    ),
     being: str | None = typer.Option(None, "--being", help="patrol only this being."),
     partition: str | None = typer.Option(
         None,
         "--partition",
-        help="A day (YYYY-MM-DD), a range (START...END) for ingest, or a being for patrol.",
+        help="A day (YYYY-MM-DD), a range (START...END) for ingest, a being for extraction, patrol "
+        "and narrative, a month (YYYY-MM) for audit_digest.",
     ),
 ) -> None:
     """Execute a job through Dagster on the local instance (the run shows up in the UI)."""
@@ -84,6 +87,11 @@ def status() -> None:
     except MindflowError as exc:
         _fail(exc)
     typer.echo(render(statuses))
+    from mindflow.status import integrity_lines
+
+    alerts = integrity_lines(settings)
+    if alerts:  # quiet when every critical file matches its checksum
+        typer.echo("\n" + alerts)
 
 
 @app.command()
@@ -102,7 +110,7 @@ def init() -> None:
 def demo(
     samples: Path = typer.Option(SAMPLES, help="Folder holding inbox/<being_id>/ sample files."),
 ) -> None:
-    """Land the sample data, run ingest, patrol and decay through Dagster, and print what they made."""
+    """Land the sample data and personas, run ingest, patrol, decay and narrative, print what they made."""
     from mindflow import store
     from mindflow.inbox import land_file
     from mindflow.runner import run_job
@@ -118,16 +126,85 @@ def demo(
                 if path.suffix in (".jsonl", ".md"):
                     report = land_file(settings.inbox, path, being_dir.name)
                     typer.echo(f"landed {being_dir.name}/{path.name}: {report.episodes} episodes")
-        for job in ("ingest", "patrol", "decay"):
+        from mindflow.narrative import place_personas, workspace_summary
+
+        for placed in place_personas(settings, samples / "workspace"):
+            typer.echo(f"placed {placed} in {settings.workspace}")
+        for job in ("ingest", "patrol", "decay", "narrative"):
             for s in run_job(settings, job):
                 typer.echo(f"{s.job} [{s.partition}] run {s.run_id}: {'ok' if s.success else 'FAILED'}")
                 if s.changes:
                     typer.echo(f"  {s.changes}")
         with store.connect(settings.duckdb_path, read_only=True) as con:
             typer.echo("\n" + render(being_statuses(con)))
+        typer.echo("\n" + workspace_summary(settings))
     except MindflowError as exc:
         _fail(exc)
     typer.echo(f"\nDagster runs are recorded in {settings.dagster_home}; browse them with `make dev`.")
+
+
+@app.command()
+def rollback(
+    file: str = typer.Argument(..., help="A workspace file, e.g. ada/STORY.md or ada/SOUL.md."),
+    to: str = typer.Option(..., "--to", help="A commit (sha or prefix) or a date YYYY-MM-DD[THH:MM] (UTC)."),
+) -> None:
+    """Restore a workspace file to an earlier version; the restore is committed and logged as REVERT."""
+    from mindflow import audit, store
+
+    settings = load_settings()
+    try:
+        with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s) as con:
+            sha, changed = audit.rollback(settings, file, to, con=con)
+    except MindflowError as exc:
+        _fail(exc)
+    if changed:
+        typer.echo(f"restored {file} to {sha[:10]}; logged as REVERT")
+    else:
+        typer.echo(f"{file} already matches {sha[:10]}: nothing to restore")
+
+
+@app.command(name="audit")
+def audit_cmd(
+    since: str | None = typer.Option(None, "--since", help="Only entries since this date (YYYY-MM-DD)."),
+    file: str | None = typer.Option(None, "--file", help="Only this file (ada/STORY.md; STORY.md: all)."),
+    actor: str | None = typer.Option(None, "--actor", help="Only this actor (narrative, patrol, user ...)."),
+    action: str | None = typer.Option(None, "--action", help="Only this action (EDIT, REVERT, ALERT ...)."),
+    limit: int = typer.Option(50, "--limit", help="Show at most the newest N entries (0: all)."),
+    accept: str | None = typer.Option(
+        None, "--accept", help="Accept a critical file's current content (after an ALERT) as intended."
+    ),
+) -> None:
+    """Show the audit trail (meta/audit.log): who changed what, when, on whose approval."""
+    from datetime import datetime
+
+    from mindflow import audit, store
+
+    settings = load_settings()
+    try:
+        if accept:
+            with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s) as con:
+                audit.accept_critical(settings, accept, con=con)
+            typer.echo(f"accepted the current {accept} as intended; logged as EDIT")
+            return
+        when = None
+        if since:
+            try:
+                when = datetime.fromisoformat(since.rstrip("Z"))
+            except ValueError as exc:
+                raise MindflowError(f"invalid --since {since!r}: use YYYY-MM-DD") from exc
+        if action and action.upper() not in audit.ACTIONS:
+            raise MindflowError(f"unknown action {action!r}; use one of: {', '.join(audit.ACTIONS)}")
+        rows = audit.query(settings, since=when, file=file, actor=actor, action=action)
+    except MindflowError as exc:
+        _fail(exc)
+    if not rows:
+        typer.echo("no audit entries match")
+        return
+    shown = rows[-limit:] if limit else rows
+    if len(shown) < len(rows):
+        typer.echo(f"({len(rows) - len(shown)} older entries not shown; --limit 0 shows all)")
+    for r in shown:
+        typer.echo(r.line())
 
 
 @app.command()
@@ -156,6 +233,87 @@ def serve(
     from mindflow.api import create_app
 
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+
+
+ebooks_app = typer.Typer(no_args_is_help=True, help="The ebook index: reindex the ebook folder, search it.")
+app.add_typer(ebooks_app, name="ebooks")
+
+
+@ebooks_app.command("reindex")
+def ebooks_reindex(
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Index new and changed documents of the ebook folder, drop removed ones (unchanged ones skipped)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mindflow import rag
+
+    settings = load_settings()
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not progress,
+    )
+    task = bar.add_task("scanning", total=None)
+    current = {"doc": ""}
+
+    def advance(done: int, total: int, doc_id: str) -> None:
+        current["doc"] = doc_id
+        bar.update(task, completed=done, total=total, description=doc_id or "optimizing the index")
+
+    def embedding(done: int, total: int) -> None:
+        # A long book takes minutes to embed: show its chunks too.
+        bar.update(task, description=f"{current['doc']}: embedded {done}/{total} chunks")
+
+    from mindflow.embeddings import Embedder
+
+    embedder = Embedder(
+        model=settings.embedding_model,
+        batch_size=settings.embedding_batch_size,
+        progress=embedding,
+        progress_every=256,
+    )
+    try:
+        with bar:
+            report = rag.reindex(settings, embedder=embedder, progress=advance)
+    except MindflowError as exc:
+        _fail(exc)
+    typer.echo(
+        f"{settings.ebooks}: {report.documents} documents, {report.chunks} chunks; "
+        f"new={len(report.new)} changed={len(report.changed)} removed={len(report.removed)} "
+        f"unchanged={report.unchanged} failed={len(report.failed)}; "
+        f"{report.embedded} chunks embedded, {report.cached} from the cache, {report.seconds:.1f} s"
+    )
+    for doc_id, reason in sorted(report.failed.items()):
+        typer.echo(f"  failed {doc_id}: {reason}")
+
+
+@ebooks_app.command("search")
+def ebooks_search(
+    query: str = typer.Argument(..., help="What to look for, in plain words."),
+    k: int = typer.Option(5, "-k", "--k", min=1, max=50, help="How many passages."),
+    full: bool = typer.Option(False, "--full", help="Print whole chunks instead of 300 characters."),
+) -> None:
+    """Hybrid (vector + full-text) search of the ebook index."""
+    from mindflow import rag
+
+    settings = load_settings()
+    try:
+        hits = rag.search(query, k, settings=settings)
+    except MindflowError as exc:
+        _fail(exc)
+    if not hits:
+        typer.echo("no passage found (is the folder indexed? run `mindflow ebooks reindex`)")
+    for i, hit in enumerate(hits, 1):
+        text = " ".join(hit.text.split())
+        if not full and len(text) > 300:
+            text = text[:297] + "..."
+        chapter = f" / {hit.chapter}" if hit.chapter else ""
+        typer.echo(f"{i}. {hit.title}{chapter}  [{hit.doc_id} #{hit.ordinal}, score {hit.score:.4f}]")
+        typer.echo(f"   {text}")
 
 
 def main() -> None:

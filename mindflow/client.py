@@ -25,6 +25,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from mindflow.api.ebooks import EbookSearchResponse
 from mindflow.api.models import (
     ClusterResponse,
     EpisodeIn,
@@ -235,6 +236,10 @@ class MindflowClient(_Base):
         body = _episodes_body(episodes)
         return self._typed(EpisodesResponse, "POST", self._being(being, "episodes"), json=body)
 
+    def search_ebooks(self, query: str, k: int = 5) -> EbookSearchResponse:
+        """Passages of the indexed ebooks (text, title, chapter, score), best first."""
+        return self._typed(EbookSearchResponse, "POST", "/v1/ebooks/search", json={"query": query, "k": k})
+
     def ready(self) -> bool:
         try:
             return self._http.get("/readyz").status_code == 200
@@ -340,6 +345,11 @@ class AsyncMindflowClient(_Base):
     ) -> EpisodesResponse:
         body = _episodes_body(episodes)
         return await self._typed(EpisodesResponse, "POST", self._being(being, "episodes"), json=body)
+
+    async def search_ebooks(self, query: str, k: int = 5) -> EbookSearchResponse:
+        """Passages of the indexed ebooks (text, title, chapter, score), best first."""
+        body = {"query": query, "k": k}
+        return await self._typed(EbookSearchResponse, "POST", "/v1/ebooks/search", json=body)
 
     async def ready(self) -> bool:
         try:

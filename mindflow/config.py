@@ -9,6 +9,18 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# USD per million (input, output) tokens, by model name (prefix match); override with
+# MINDFLOW_LLM_PRICES='{"my-model": [0.5, 1.5]}'. Local models cost nothing.
+LLM_PRICES: dict[str, tuple[float, float]] = {
+    "claude-opus-4": (15.0, 75.0),
+    "claude-sonnet-4": (3.0, 15.0),
+    "claude-3-5-haiku": (0.8, 4.0),
+    "claude-haiku-4": (1.0, 5.0),
+    "gpt-4o-mini": (0.15, 0.6),
+    "gpt-4o": (2.5, 10.0),
+    "gpt-4.1-mini": (0.4, 1.6),
+    "gpt-4.1": (2.0, 8.0),
+}
 
 
 class Settings(BaseSettings):
@@ -50,6 +62,76 @@ class Settings(BaseSettings):
         default=10_000, description="Sessions the echo filter remembers (least recently used dropped)."
     )
     api_query_cache: int = Field(default=2_048, description="Query vectors kept in memory (LRU).")
+    ebooks_dir: Path | None = Field(
+        default=None,
+        description="MINDFLOW_EBOOKS_DIR: the documents of the ebook index (default $MINDFLOW_HOME/ebooks).",
+    )
+    ebooks_chunk_tokens: int = Field(
+        default=350,
+        ge=16,
+        description="Ebook chunk length in tokens of the embedding model's tokenizer; capped at the "
+        "model's input window (254 for all-MiniLM-L6-v2) so no chunk text goes unembedded.",
+    )
+    ebooks_chunk_overlap: int = Field(default=50, ge=0, description="Tokens shared by consecutive chunks.")
+    ebooks_keep_versions_days: float = Field(
+        default=7.0,
+        ge=0,
+        description="Older versions of the `ebook_chunks` table are kept this long for rollback.",
+    )
+    ebooks_vector_index_min_rows: int = Field(
+        default=20_000,
+        ge=256,
+        description="`ebook_chunks` gets a vector index (IVF_HNSW_SQ) from this many chunks on.",
+    )
+
+    # LLM layer (mindflow/llm). Nothing set = mechanical mode. Keys come only from
+    # ANTHROPIC_API_KEY / OPENAI_API_KEY in the environment, never from these fields.
+    llm: str | None = Field(
+        default=None,
+        description="Default chat model as provider:model, provider one of anthropic, openai, "
+        "openai-compatible (e.g. anthropic:claude-sonnet-4-5, openai-compatible:llama3.1).",
+    )
+    llm_base_url: str | None = Field(
+        default=None,
+        description="Base URL for every provider (required for openai-compatible, e.g. "
+        "http://localhost:11434/v1); a trailing /v1 is dropped for anthropic.",
+    )
+    llm_fallback: str | None = Field(
+        default=None, description="Comma-separated provider:model list tried in order when a model fails."
+    )
+    llm_narrative: str | None = Field(default=None, description="Model for STORY.md / MEMORY.md.")
+    llm_patrol: str | None = Field(default=None, description="Model for the patrol's ❹ ❻ roots, diary.")
+    llm_extraction: str | None = Field(default=None, description="Model for scene and fact extraction.")
+    llm_timeout_s: float = Field(default=120.0, description="Per-request timeout.")
+    llm_max_retries: int = Field(default=2, description="Retries per model on 429, 5xx and timeouts.")
+    llm_retry_backoff_s: float = Field(default=1.0, description="First retry wait; doubles each retry.")
+    llm_budget_calls: int = Field(default=500, description="Most requests one run may send per purpose.")
+    llm_budget_tokens: int = Field(
+        default=2_000_000, description="Most input+output tokens one run may spend per purpose."
+    )
+    llm_context_tokens: int | None = Field(
+        default=None,
+        description="Context window for batching; default from the model table, else 8,192.",
+    )
+    llm_prices: dict[str, tuple[float, float]] = Field(
+        default_factory=lambda: dict(LLM_PRICES),
+        description="USD per million (input, output) tokens by model name, as JSON.",
+    )
+
+    # Narrative (STORY.md) and core memory (MEMORY.md), mindflow/narrative.py and core_memory.py.
+    narrative_batch_tokens: int = Field(
+        default=50_000, description="Safe limit of one narrative prompt: episodes are batched under it."
+    )
+    narrative_pending_tokens: int = Field(
+        default=5_000, description="The narrative sensor starts a run for a being past this many "
+        "estimated tokens of unnarrated episodes."
+    )
+    narrative_max_words: int = Field(
+        default=10_000, description="Older chapters of STORY.md are summarised when it nears this length."
+    )
+    narrative_lock_timeout_s: float = Field(
+        default=300.0, description="How long a STORY.md writer waits for another one (STORY.md.lock)."
+    )
 
     @cached_property
     def resolved_home(self) -> Path:
@@ -78,6 +160,12 @@ class Settings(BaseSettings):
     @property
     def dagster_home(self) -> Path:
         return self.resolved_home / "dagster"
+
+    @property
+    def ebooks(self) -> Path:
+        if self.ebooks_dir is not None:
+            return self.ebooks_dir.expanduser().resolve()
+        return self.resolved_home / "ebooks"
 
 
 def load_settings(**overrides) -> Settings:

@@ -1,8 +1,9 @@
-"""The mechanical patrol of a being's memory: steps ⓪ ❶ ❷ ❸ ❺ ❼ of the seed.
+"""The patrol of a being's memory: steps ⓪ ❶ ❷ ❸ ❺ ❼ mechanically, ❹ ❻ diary/think_md with a model.
 
 Each step is `(connection, being_id, params, ...) -> StepReport`, callable from an
-asset, a test or a benchmark. Steps ❹ (consolidation), ❻ (split) and the
-diary/think_md need an LLM and live with the LLM layer.
+asset, a test or a benchmark. The LLM steps (root classification, ❹ consolidation,
+❻ split, diary/think_md) take the patrol's LLM chain and change nothing when its
+answer is rejected.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ from mindflow import events, store
 from mindflow.embeddings import Embedder
 from mindflow.models import utcnow
 
-BYOK_SKIP_MESSAGE = (
-    "[graph] BYOK key not set: skipping ❹❻ diary/think_md (mechanical processing only)"
-)
+BYOK_SKIP_MESSAGE = "[graph] BYOK key not set: skipping ❹❻ diary/think_md (mechanical processing only)"
 ROOT_LABELS = ("Business", "Private")
 # Without an LLM a new node that fits no sub-cluster goes to the root whose
 # prototype text it is closest to. The texts name what each root gathers.
@@ -61,9 +60,7 @@ def root_cluster_id(being_id: str, label: str) -> str:
     return _hash_id("c-", being_id, "root", label)
 
 
-def ensure_roots(
-    con: duckdb.DuckDBPyConnection, being_id: str, now: datetime
-) -> StepReport:
+def ensure_roots(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> StepReport:
     """Each being has its two roots, Business and Private."""
     created = 0
     for label in ROOT_LABELS:
@@ -110,13 +107,19 @@ def step_scenes(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) ->
         WHERE e.being_id = ?
           AND NOT EXISTS (
               SELECT 1 FROM scene_notes s
-              WHERE s.being_id = e.being_id AND list_contains(s.episode_ids, e.episode_id))
+              WHERE s.being_id = e.being_id AND s.note_status = 'ok'
+                AND list_contains(s.episode_ids, e.episode_id))
         ORDER BY e.ts
         ON CONFLICT (scene_id) DO NOTHING
         RETURNING scene_id
         """,
         [now, being_id],
     ).fetchall()
+    # [PARSE_FAILED] notes left by an LLM run are covered now (the model was switched off).
+    con.execute(
+        "DELETE FROM scene_notes WHERE being_id = ? AND note_status = 'parse_failed'",
+        [being_id],
+    )
     return StepReport("❶ scenes", {"new": len(rows)})
 
 
@@ -139,8 +142,14 @@ def step_nodes(
     embedder: Embedder,
     params: PatrolParams,
     now: datetime,
+    llm=None,
 ) -> StepReport:
-    """❶b Nodes for new scenes: fresh, importance clamped, embedded in one batch, clustered."""
+    """❶b Nodes for new scenes: fresh, importance clamped, embedded in one batch, clustered.
+
+    With a patrol model, nodes that fit no sub-cluster go to the root the model names
+    (Business or Private); without one, or where it gave no valid label, to the closer
+    root prototype.
+    """
     scenes = con.execute(
         """
         SELECT s.scene_id, s.episode_ids, s.action, s.actors, s."when", s.setting, s.dialogue,
@@ -155,12 +164,23 @@ def step_nodes(
         [being_id],
     ).fetchall()
     if not scenes:
-        return StepReport("❶ nodes", {"new": 0, "to_subcluster": 0, "to_root": 0})
+        empty = {"new": 0, "to_subcluster": 0, "to_root": 0}
+        return StepReport("❶ nodes", empty if llm is None else empty | {"root_by_llm": 0})
 
     texts = [node_text(row[4], row[2], row[8]) for row in scenes]
     vectors = _unit(embedder.encode_cached(con, texts))
 
     cluster_ids, reasons = assign_clusters(con, being_id, vectors, embedder, params)
+    by_llm = 0
+    if llm is not None:
+        at_root = [i for i, reason in enumerate(reasons) if reason == "root"]
+        chosen = classify_roots(
+            con, being_id, ["n-" + scenes[i][0][2:] for i in at_root], [texts[i] for i in at_root], llm
+        )
+        for i in at_root:
+            if "n-" + scenes[i][0][2:] in chosen:
+                cluster_ids[i] = chosen["n-" + scenes[i][0][2:]]
+                by_llm += 1
     table = pa.table(
         {
             "node_id": ["n-" + row[0][2:] for row in scenes],
@@ -169,6 +189,8 @@ def step_nodes(
             "action": [row[2] for row in scenes],
             "actors": [row[3] for row in scenes],
             "when_dates": [[w["date"] for w in (row[4] or [])] for row in scenes],
+            "when_actions": [[w.get("action") for w in (row[4] or [])] for row in scenes],
+            "emotion": pa.array([row[11] for row in scenes], type=pa.list_(pa.float64())),
             "setting": [row[5] for row in scenes],
             "dialogue": [row[6] for row in scenes],
             "sensory": [row[7] for row in scenes],
@@ -192,9 +214,10 @@ def step_nodes(
                 created_at, updated_at)
             SELECT node_id, being_id, scene_id,
                    {'action': action, 'actors': actors,
-                    'when': [{'date': d, 'action': NULL::VARCHAR} for d in when_dates],
+                    'when': [{'date': when_dates[i], 'action': when_actions[i]::VARCHAR}
+                             for i in range(1, len(when_dates) + 1)],
                     'setting': setting, 'dialogue': dialogue, 'sensory': sensory},
-                   feeling, least(1.0, greatest(0.0, importance)), cluster_id, themes, NULL, kind,
+                   feeling, least(1.0, greatest(0.0, importance)), cluster_id, themes, emotion, kind,
                    trigger, 0, 'active', TRUE, FALSE, 0, NULL, source_episode_ids, episode_ts,
                    vector::FLOAT[], ?, ?
             FROM new_nodes
@@ -209,7 +232,8 @@ def step_nodes(
             "new": len(scenes),
             "to_subcluster": reasons.count("subcluster"),
             "to_root": reasons.count("root"),
-        },
+        }
+        | ({"root_by_llm": by_llm} if llm is not None else {}),
     )
 
 
@@ -275,9 +299,7 @@ def recompute_cluster_vectors(con: duckdb.DuckDBPyConnection, being_id: str, now
     )
 
 
-def step_session_counts(
-    con: duckdb.DuckDBPyConnection, being_id: str, now: datetime
-) -> StepReport:
+def step_session_counts(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> StepReport:
     """❷ Every active node lived through one more patrol session."""
     n = con.execute(
         "UPDATE nodes SET session_count = session_count + 1, updated_at = ? "
@@ -404,18 +426,383 @@ def run_patrol(
     params: PatrolParams | None = None,
     now: datetime | None = None,
     events_dir: Path | None = None,
+    llm=None,
+    extraction_llm=None,
+    settings=None,
 ) -> list[StepReport]:
-    """The whole mechanical patrol for one being, in the seed's order; recall events first."""
+    """The whole patrol for one being, in the seed's order; recall events first.
+
+    `llm` (purpose patrol) adds root classification, ❹, ❻ and, with `settings`, the
+    diary and think.md; `extraction_llm` replaces the mechanical scenes with LLM
+    extraction. Without them the patrol is mechanical.
+    """
     params = params or PatrolParams()
     now = now or utcnow()
     folded = [step_fold_events(con, being_id, events_dir, now)] if events_dir is not None else []
-    return [
-        *folded,
-        ensure_roots(con, being_id, now),
-        step_scenes(con, being_id, now),
-        step_nodes(con, being_id, embedder, params, now),
+    reports = [*folded, ensure_roots(con, being_id, now)]
+    if extraction_llm is not None:
+        from mindflow import extraction
+
+        extracted = extraction.extract(con, being_id, extraction_llm, now)
+        reports.append(StepReport("❶ scenes (LLM)", extracted.counts()))
+    else:
+        reports.append(step_scenes(con, being_id, now))
+    reports += [
+        step_nodes(con, being_id, embedder, params, now, llm=llm),
         step_session_counts(con, being_id, now),
         step_dying(con, being_id, params, now),
-        step_revive(con, being_id, params, now),
-        step_merge_small_clusters(con, being_id, params, now),
     ]
+    if llm is not None:
+        reports.append(step_consolidate(con, being_id, llm, now))
+    reports.append(step_revive(con, being_id, params, now))
+    if llm is not None:
+        reports.append(step_split(con, being_id, llm, params, now))
+    reports.append(step_merge_small_clusters(con, being_id, params, now))
+    if llm is not None and settings is not None:
+        changes = "; ".join(f"{r.step} {r.counts}" for r in reports)
+        reports.append(step_journal(con, settings, being_id, llm, now, changes))
+    return reports
+
+
+# --------------------------------------------------------------------------- LLM steps
+# Each takes the patrol's LLM chain; an answer that fails validation (or no answer at
+# all) changes nothing, and the failure is counted in the step's report and the usage.
+
+CONSOLIDATE_MAX_NODES = 60  # fresh/dying nodes per call, with up to 20 older neighbours
+SPLIT_MIN_ACTIVE = 11  # ❻ clusters with more than 10 active nodes
+SPLIT_MAX_NODES = 200  # most recent active nodes shown to the model per cluster
+ROOT_BATCH = 100
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _node_texts(con: duckdb.DuckDBPyConnection, node_ids: list[str]) -> dict[str, str]:
+    rows = con.execute(
+        'SELECT node_id, scene."when", scene.action, feeling FROM nodes '
+        "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+        [node_ids],
+    ).fetchall()
+    return {r[0]: _short(node_text(r[1], r[2], r[3])) for r in rows}
+
+
+def classify_roots(
+    con: duckdb.DuckDBPyConnection, being_id: str, node_ids: list[str], texts: list[str], llm
+) -> dict[str, str]:
+    """{node_id: root cluster id} as the model labels them; nodes it did not label are absent."""
+    from mindflow.llm import LLMError
+    from mindflow.prompts import root as prompt
+
+    chosen: dict[str, str] = {}
+    for start in range(0, len(node_ids), ROOT_BATCH):
+        chunk = list(
+            zip(node_ids[start : start + ROOT_BATCH], texts[start : start + ROOT_BATCH], strict=True)
+        )
+        known = {i for i, _ in chunk}
+
+        def check(answer, known=known) -> None:
+            unknown = {label.node_id for label in answer.labels} - known
+            if unknown:
+                raise ValueError(f"unknown node ids {sorted(unknown)[:3]}")
+
+        request = prompt.build([(i, _short(t)) for i, t in chunk])
+        try:
+            answer = llm.complete(_with_check(request, check))
+        except LLMError:
+            continue  # the prototype choice stands
+        for label in answer.labels:
+            chosen[label.node_id] = root_cluster_id(being_id, label.root)
+    return chosen
+
+
+def _with_check(request, check):
+    from dataclasses import replace
+
+    return replace(request, check=check)
+
+
+def step_consolidate(con: duckdb.DuckDBPyConnection, being_id: str, llm, now: datetime) -> StepReport:
+    """❹ Per cluster with fresh or dying nodes: the model's merges and make_dead list.
+
+    The survivor gains 0.05 importance (at most 1.0) and keeps the absorbed nodes'
+    history as `when` items {date, action}; absorbed and make_dead nodes are dead;
+    fresh nodes that were not merged lose `fresh`.
+    """
+    from mindflow.llm import LLMError
+    from mindflow.prompts import consolidate as prompt
+
+    counts = {"clusters": 0, "merged": 0, "made_dead": 0, "unfreshened": 0, "rejected": 0}
+    clusters = con.execute(
+        "SELECT c.cluster_id, c.label FROM clusters c WHERE c.being_id = ? AND EXISTS ("
+        "SELECT 1 FROM nodes n WHERE n.cluster_id = c.cluster_id "
+        "AND ((n.fresh AND n.status = 'active') OR n.status = 'dying')) ORDER BY c.cluster_id",
+        [being_id],
+    ).fetchall()
+    for cluster_id, label in clusters:
+        candidates = con.execute(
+            "SELECT node_id, status, fresh, importance, vector FROM nodes WHERE cluster_id = ? "
+            "AND ((fresh AND status = 'active') OR status = 'dying') ORDER BY episode_ts, node_id",
+            [cluster_id],
+        ).fetchall()
+        for start in range(0, len(candidates), CONSOLIDATE_MAX_NODES):
+            chunk = candidates[start : start + CONSOLIDATE_MAX_NODES]
+            counts["clusters"] += start == 0
+            older = _neighbours(con, cluster_id, chunk, 20)
+            rows = chunk + older
+            texts = _node_texts(con, [r[0] for r in rows])
+            info = {r[0]: r for r in rows}
+            shown = [
+                {"node_id": r[0], "text": texts.get(r[0], ""), "status": r[1], "fresh": bool(r[2]),
+                 "importance": round(float(r[3]), 3)}
+                for r in rows
+            ]  # fmt: skip
+            dying = {r[0] for r in rows if r[1] == "dying"}
+
+            def check(answer, known=frozenset(info), dying=frozenset(dying)) -> None:
+                used: list[str] = []
+                for merge in answer.merges:
+                    used += [merge.survivor, *merge.absorbed]
+                used += answer.make_dead
+                if set(used) - known:
+                    raise ValueError(f"unknown node ids {sorted(set(used) - known)[:3]}")
+                if len(used) != len(set(used)):
+                    raise ValueError("a node appears twice")
+                if set(answer.make_dead) - dying:
+                    raise ValueError("make_dead names a node that is not dying")
+
+            try:
+                answer = llm.complete(_with_check(prompt.build(label, shown), check))
+            except LLMError:
+                counts["rejected"] += 1
+                continue
+            _apply_consolidation(con, being_id, answer, [r[0] for r in chunk], now, counts)
+    if counts["merged"] or counts["made_dead"]:
+        recompute_cluster_vectors(con, being_id, now)
+    return StepReport("❹ consolidation", counts)
+
+
+def _neighbours(con, cluster_id: str, chunk: list, limit: int) -> list:
+    """The older active nodes of the cluster closest to the chunk's centre."""
+    older = con.execute(
+        "SELECT node_id, status, fresh, importance, vector FROM nodes WHERE cluster_id = ? "
+        "AND status = 'active' AND NOT fresh",
+        [cluster_id],
+    ).fetchall()
+    if len(older) <= limit:
+        return older
+    centre = _unit(np.asarray([r[4] for r in chunk], dtype=np.float32).mean(axis=0, keepdims=True))
+    sims = _unit(np.asarray([r[4] for r in older], dtype=np.float32)) @ centre.T
+    order = np.argsort(-sims.ravel(), kind="stable")[:limit]
+    return [older[int(i)] for i in order]
+
+
+def _apply_consolidation(con, being_id, answer, chunk_ids: list[str], now: datetime, counts) -> None:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for merge in answer.merges:
+            absorbed = con.execute(
+                'SELECT node_id, scene."when", scene.action, source_episode_ids FROM nodes '
+                "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY episode_ts, node_id",
+                [merge.absorbed],
+            ).fetchall()
+            history = [
+                {"date": w["date"], "action": w.get("action") or _short(action, 200)}
+                for _, when, action, _ in absorbed
+                for w in (when or [])
+            ]
+            sources = [i for _, _, _, ids in absorbed for i in (ids or [])]
+            before = con.execute(
+                "SELECT importance FROM nodes WHERE node_id = ?", [merge.survivor]
+            ).fetchall()[0][0]
+            con.execute(
+                """
+                UPDATE nodes SET importance = least(1.0, importance + 0.05), fresh = FALSE,
+                    scene = struct_update(scene, "when" := list_concat(scene."when",
+                        ?::STRUCT(date VARCHAR, action VARCHAR)[])),
+                    source_episode_ids = list_concat(source_episode_ids,
+                        list_filter(?::VARCHAR[], lambda x: NOT list_contains(source_episode_ids, x))),
+                    updated_at = ?
+                WHERE node_id = ?
+                """,
+                [history, sources, now, merge.survivor],
+            )
+            con.execute(
+                "UPDATE nodes SET status = 'dead', fresh = FALSE, updated_at = ? "
+                "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+                [now, merge.absorbed],
+            )
+            con.execute(
+                "INSERT INTO history SELECT 'h-' || uuid()::VARCHAR, ?, node_id, ?, 'merged', NULL, "
+                "to_json({'status': 'dead', 'into': ?}), NULL FROM (SELECT unnest(?::VARCHAR[]) AS node_id)",
+                [now, being_id, merge.survivor, merge.absorbed],
+            )
+            con.execute(
+                "INSERT INTO history VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, 'absorbed', "
+                "to_json({'importance': ?}), to_json({'absorbed': ?::VARCHAR[]}), NULL)",
+                [now, merge.survivor, being_id, before, merge.absorbed],
+            )
+            counts["merged"] += len(merge.absorbed)
+        if answer.make_dead:
+            con.execute(
+                "UPDATE nodes SET status = 'dead', fresh = FALSE, updated_at = ? "
+                "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+                [now, answer.make_dead],
+            )
+            _history(con, being_id, answer.make_dead, "dead", now)
+            counts["made_dead"] += len(answer.make_dead)
+        unfreshened = con.execute(
+            "UPDATE nodes SET fresh = FALSE, updated_at = ? "
+            "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) AND fresh RETURNING node_id",
+            [now, chunk_ids],
+        ).fetchall()
+        counts["unfreshened"] += len(unfreshened)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def step_split(
+    con: duckdb.DuckDBPyConnection, being_id: str, llm, params: PatrolParams, now: datetime
+) -> StepReport:
+    """❻ Clusters with more than 10 active nodes: the model's groups become new sub-clusters.
+
+    Each group needs at least 2 nodes and at least 2 must stay. A root is never split
+    itself: groups carved out of a root become its sub-clusters; groups carved out of a
+    sub-cluster become its siblings.
+    """
+    from mindflow.llm import LLMError
+    from mindflow.prompts import split as prompt
+
+    counts = {"clusters": 0, "new_subclusters": 0, "moved": 0, "rejected": 0}
+    big = con.execute(
+        "SELECT c.cluster_id, c.label, c.parent_id FROM clusters c "
+        "JOIN nodes n ON n.cluster_id = c.cluster_id "
+        "WHERE c.being_id = ? AND n.status = 'active' GROUP BY ALL HAVING count(*) >= ? ORDER BY 1",
+        [being_id, SPLIT_MIN_ACTIVE],
+    ).fetchall()
+    for cluster_id, label, parent_id in big:
+        active = [
+            r[0]
+            for r in con.execute(
+                "SELECT node_id FROM nodes WHERE cluster_id = ? AND status = 'active' "
+                "ORDER BY episode_ts DESC, node_id LIMIT ?",
+                [cluster_id, SPLIT_MAX_NODES],
+            ).fetchall()
+        ]
+        total = con.execute(
+            "SELECT count(*) FROM nodes WHERE cluster_id = ? AND status = 'active'", [cluster_id]
+        ).fetchall()[0][0]
+        texts = _node_texts(con, active)
+
+        def check(answer, known=frozenset(active), total=total) -> None:
+            used = [i for g in answer.groups for i in g.node_ids]
+            if set(used) - known:
+                raise ValueError(f"unknown node ids {sorted(set(used) - known)[:3]}")
+            if len(used) != len(set(used)):
+                raise ValueError("a node is in two groups")
+            if total - len(used) < 2:
+                raise ValueError("fewer than 2 nodes would stay")
+
+        counts["clusters"] += 1
+        try:
+            answer = llm.complete(_with_check(prompt.build(label, [(i, texts[i]) for i in active]), check))
+        except LLMError:
+            counts["rejected"] += 1
+            continue
+        new_parent = cluster_id if parent_id is None else parent_id
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for group in answer.groups:
+                new_id = _hash_id("c-", being_id, "sub", cluster_id, *sorted(group.node_ids))
+                con.execute(
+                    "INSERT INTO clusters (cluster_id, being_id, label, parent_id, is_parent, vector, "
+                    "created_at, updated_at) VALUES (?, ?, ?, ?, FALSE, NULL, ?, ?)",
+                    [new_id, being_id, " ".join(group.label.split()), new_parent, now, now],
+                )
+                moved = con.execute(
+                    "UPDATE nodes SET cluster_id = ?, updated_at = ? "
+                    "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) RETURNING node_id",
+                    [new_id, now, group.node_ids],
+                ).fetchall()
+                counts["new_subclusters"] += 1
+                counts["moved"] += len(moved)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    if counts["new_subclusters"]:
+        recompute_cluster_vectors(con, being_id, now)
+    return StepReport("❻ split", counts)
+
+
+def step_journal(
+    con: duckdb.DuckDBPyConnection,
+    settings,
+    being_id: str,
+    llm,
+    now: datetime,
+    changes: str = "",
+    run_id: str | None = None,
+) -> StepReport:
+    """Diary (3-5 lines, upserted for the day) and think.md (3-7 bullets), after ❼."""
+    from mindflow.llm import LLMError
+    from mindflow.prompts import diary, think
+
+    counts = {"diary": 0, "think": 0, "rejected": 0}
+    day = now.strftime("%Y-%m-%d")
+    recent = con.execute(
+        "SELECT scene.\"when\", scene.action, feeling FROM nodes WHERE being_id = ? AND status = 'active' "
+        "AND updated_at >= ? - INTERVAL 1 DAY ORDER BY importance DESC, episode_ts DESC LIMIT 30",
+        [being_id, now],
+    ).fetchall()
+    memories = [_short(node_text(*r), 200) for r in recent]
+    if memories:
+        try:
+            answer = llm.complete(diary.build(being_id, day, memories, changes))
+            text = f"# {day}\n\n" + "\n".join(answer.lines) + "\n"
+            counts["diary"] += write_workspace_file(
+                settings, f"{being_id}/diary/{day}.md", text, "diary", run_id, con
+            )
+        except LLMError:
+            counts["rejected"] += 1
+    labels = [
+        r[0]
+        for r in con.execute(
+            "SELECT c.label FROM clusters c JOIN nodes n ON n.cluster_id = c.cluster_id "
+            "WHERE c.being_id = ? AND n.status = 'active' GROUP BY c.label ORDER BY count(*) DESC LIMIT 20",
+            [being_id],
+        ).fetchall()
+    ]
+    important = con.execute(
+        "SELECT scene.\"when\", scene.action, feeling FROM nodes WHERE being_id = ? AND status = 'active' "
+        "ORDER BY importance DESC, episode_ts DESC LIMIT 20",
+        [being_id],
+    ).fetchall()
+    if important:
+        try:
+            answer = llm.complete(
+                think.build(being_id, labels, [_short(node_text(*r), 200) for r in important])
+            )
+            text = "# think\n\n" + "\n".join(f"- {b}" for b in answer.bullets) + "\n"
+            counts["think"] += write_workspace_file(
+                settings, f"{being_id}/think.md", text, "think_md", run_id, con
+            )
+        except LLMError:
+            counts["rejected"] += 1
+    return StepReport("diary/think_md", counts)
+
+
+def write_workspace_file(settings, relpath: str, text: str, what: str, run_id, con) -> bool:
+    """Every workspace write goes through the audit layer (git commit + audit log)."""
+    from mindflow import audit
+
+    if not isinstance(text, str) or not text.strip():
+        return False
+    exists = (settings.workspace / relpath).exists()
+    return audit.write_file(
+        settings, relpath, text, action="EDIT" if exists else "CREATE", summary=f"patrol {what}",
+        actor="patrol", trigger="patrol", run_id=run_id, con=con,
+    )  # fmt: skip

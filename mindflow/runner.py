@@ -19,7 +19,7 @@ from mindflow.errors import MindflowError
 from mindflow.inbox import pending_days, plan_ranges, validate_being_id
 from mindflow.models import utcnow
 
-JOBS = ("ingest", "patrol", "decay")
+JOBS = ("ingest", "extraction", "patrol", "decay", "narrative", "audit_digest", "ebook_reindex")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DAGSTER_YAML = """\
 # Written by mindflow: the local Dagster instance of this MINDFLOW_HOME.
@@ -42,6 +42,10 @@ SUMMARY_KEYS = {
     "clusters": ("merged_to_sibling", "merged_to_root", "deleted"),
     "decay_scores": ("active", "fading", "dormant", "archived"),
     "memories": ("upserted", "deleted"),
+    "story": ("mode", "narrated", "chapters_added", "failed_batches", "critical_alerts"),
+    "core_memory": ("modes", "max_tokens", "pinned"),
+    "audit_archive": ("digested", "months", "pruned_table_rows"),
+    "ebook_chunks": ("documents", "chunks", "new", "changed", "removed", "failed", "seconds"),
 }
 
 
@@ -124,6 +128,22 @@ def run_job(
             )
             for first, last in ranges
         )
+    elif job == "ebook_reindex":
+        if being is not None or partition:
+            raise MindflowError("ebook_reindex covers the whole ebook folder; drop --being and --partition")
+        runs.append(("all", {}))
+    elif job == "audit_digest":
+        if being is not None:
+            raise MindflowError("audit_digest covers the whole workspace; drop --being")
+        # A month (YYYY-MM), by default the one that just ended.
+        month = partition or (utcnow().date().replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+        if not re.fullmatch(r"\d{4}-\d{2}", month[:7]) or len(month) not in (7, 10):
+            raise MindflowError(f"invalid month {partition!r}: use YYYY-MM")
+        try:
+            first = _parse_day(month[:7] + "-01")
+        except MindflowError as exc:
+            raise MindflowError(f"invalid month {partition!r}: use YYYY-MM") from exc
+        runs.append((month[:7], {"partition_key": first.isoformat()}))
     elif job == "decay":
         if being is not None:
             raise MindflowError("decay covers every being; drop --being")
@@ -141,7 +161,7 @@ def run_job(
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     instance = dg.DagsterInstance.get()
-    if job == "patrol":
+    if job in ("extraction", "patrol", "narrative"):
         known = instance.get_dynamic_partitions("beings")
         wanted = being or partition
         if wanted and wanted not in known:

@@ -64,3 +64,18 @@ def render(statuses: list[BeingStatus]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def integrity_lines(settings) -> str:
+    """Critical files (SOUL.md, IDENTITY.md, configuration) that differ from their recorded checksums;
+    empty when none does."""
+    from mindflow import audit
+
+    report = audit.verify_critical(settings, record=False)
+    if report.ok:
+        return ""
+    return "\n".join(
+        [f"ALERT critical files changed outside mindflow: {', '.join(report.changed)}",
+         "  inspect: mindflow audit --action ALERT; keep: mindflow audit --accept FILE; "
+         "undo: mindflow rollback FILE --to COMMIT"]
+    )

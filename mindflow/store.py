@@ -265,6 +265,31 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        4,
+        "ebook documents",
+        [
+            # One row per document of the ebook folder: the content hash and the chunking
+            # that indexed it, so a reindex skips unchanged documents without reading them.
+            """
+            CREATE TABLE IF NOT EXISTS ebook_documents (
+                doc_id VARCHAR PRIMARY KEY,
+                size BIGINT NOT NULL,
+                mtime_ns BIGINT NOT NULL,
+                sha256 VARCHAR NOT NULL,
+                index_key VARCHAR NOT NULL,
+                format VARCHAR,
+                title VARCHAR,
+                author VARCHAR,
+                chapters INTEGER NOT NULL DEFAULT 0,
+                chunks INTEGER NOT NULL DEFAULT 0,
+                status VARCHAR NOT NULL,
+                reason VARCHAR,
+                indexed_at TIMESTAMP NOT NULL
+            )
+            """,
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -291,10 +316,10 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         "CREATE TABLE IF NOT EXISTS schema_version ("
         " version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
     )
-    current = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchall()[0][0]
+    done = {row[0] for row in con.execute("SELECT version FROM schema_version").fetchall()}
     applied = 0
     for version, description, statements in MIGRATIONS:
-        if version <= current:
+        if version in done:
             continue
         con.execute("BEGIN TRANSACTION")
         try:

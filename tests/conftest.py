@@ -55,3 +55,32 @@ def sample_inbox(settings) -> Path:
     """The tracked sample files copied into the test's inbox."""
     shutil.copytree(SAMPLES / "inbox", settings.inbox, dirs_exist_ok=True)
     return settings.inbox
+
+
+@pytest.fixture
+def llm_server(monkeypatch):
+    """A scripted OpenAI/Anthropic server on 127.0.0.1 (tests/llm_server.py).
+
+    `llm_server.configure("openai:gpt-4o", fallback=...)` points MINDFLOW_LLM* at it with
+    fake keys, short timeouts and fast retries; `script([...])` queues its answers.
+    """
+    from llm_server import LLMServer
+
+    server = LLMServer()
+
+    def configure(llm: str | None = "openai-compatible:loopback", fallback: str | None = None, **env):
+        monkeypatch.setenv("MINDFLOW_LLM_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-SECRET-anthropic-0000")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-SECRET-openai-0000")
+        monkeypatch.setenv("MINDFLOW_LLM_TIMEOUT_S", "2")
+        monkeypatch.setenv("MINDFLOW_LLM_RETRY_BACKOFF_S", "0.01")
+        for name, value in {"MINDFLOW_LLM": llm, "MINDFLOW_LLM_FALLBACK": fallback, **env}.items():
+            name = name if name.startswith("MINDFLOW_") or name.endswith("_KEY") else f"MINDFLOW_{name.upper()}"
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, str(value))
+
+    server.configure = configure
+    yield server
+    server.close()

@@ -34,6 +34,8 @@ CHECKS = [
     ("decay_scores", "scores_in_range"),
     ("memories", "one_row_per_memory"),
 ]
+# checks of the jobs the main pipeline does not run
+OTHER_CHECKS = [("story", "critical_files_unchanged")]
 
 
 def definitions():
@@ -131,8 +133,13 @@ def test_definitions_load_and_every_asset_is_described():
         "nodes",
         "clusters",
         "facts_graph",
+        "journal",
         "decay_scores",
         "memories",
+        "story",
+        "core_memory",
+        "audit_archive",
+        "ebook_chunks",
     }
     for name, spec in specs.items():
         assert spec.description and spec.description.strip(), name
@@ -140,8 +147,8 @@ def test_definitions_load_and_every_asset_is_described():
         assert spec.kinds, name
     graph = defs.resolve_asset_graph()
     declared = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
-    assert declared == set(CHECKS)
-    for job in ("ingest", "patrol", "decay"):
+    assert declared == {*CHECKS, *OTHER_CHECKS}
+    for job in ("ingest", "patrol", "decay", "extraction", "narrative", "audit_digest", "ebook_reindex"):
         assert defs.resolve_job_def(job).description
 
 

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mindflow.api import models
 from mindflow.api.auth import TokenScopes, parse_tokens
+from mindflow.api.ebooks import ebooks_router
 from mindflow.api.episodes import InboxBusy, InvalidEpisodes, append_episodes
 from mindflow.api.service import RecallService
 from mindflow.config import Settings, load_settings
@@ -276,6 +277,7 @@ def create_app(
         )
 
     app.include_router(v1)
+    app.include_router(ebooks_router(ERRORS))
 
     @app.get("/healthz", response_model=models.Health, tags=["health"])
     def healthz() -> models.Health:

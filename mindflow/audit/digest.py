@@ -1,0 +1,155 @@
+"""The monthly audit digest: entries older than 90 days summarised into meta/audit-archive.md and pruned.
+
+The active log (meta/audit.log and the DuckDB audit_log) keeps the last 90 days; each
+older month becomes one section of meta/audit-archive.md. Git history keeps every line.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import duckdb
+
+from mindflow import audit
+from mindflow.audit import AUDIT_LOG, LOG_HEADER, AuditRow
+from mindflow.config import Settings
+from mindflow.files import atomic_write
+from mindflow.models import utcnow
+
+ARCHIVE = "meta/audit-archive.md"
+RETENTION_DAYS = 90
+ARCHIVE_HEADER = (
+    "# Audit archive\n\nMonthly digests of audit entries older than 90 days, pruned from "
+    "meta/audit.log and the audit_log table. `git log` in the workspace keeps every entry.\n"
+)
+CRITICAL_ACTIONS = ("ALERT", "REVERT")
+
+
+@dataclass
+class DigestReport:
+    cutoff: datetime
+    months: list[str] = field(default_factory=list)
+    entries: int = 0  # digested and pruned from the log file
+    table_rows: int = 0  # pruned from the DuckDB table
+    kept: int = 0
+
+
+def month_digest(month: str, rows: list[AuditRow]) -> str:
+    """One markdown section: totals per action and file, reflections, critical changes, notable events."""
+    actions = Counter(r.action for r in rows)
+    files = Counter(r.target for r in rows)
+    actors = Counter(r.actor for r in rows)
+    lines = [f"\n## {month}\n", f"{len(rows)} entries, {rows[0].ts:%Y-%m-%d} .. {rows[-1].ts:%Y-%m-%d}.\n"]
+    lines.append("| action | entries |\n|---|---|")
+    lines += [f"| {a} | {n} |" for a, n in sorted(actions.items())]
+    lines.append("\n| file | entries |\n|---|---|")
+    lines += [f"| {f} | {n} |" for f, n in files.most_common(15)]
+    if len(files) > 15:
+        lines.append(f"| ({len(files) - 15} more files) | {sum(n for _, n in files.most_common()[15:])} |")
+    lines.append("\nActors: " + ", ".join(f"{a} ({n})" for a, n in actors.most_common()) + ".")
+    reflections = [r for r in rows if "reflection/" in r.target]
+    lines.append("\n### Reflections\n")
+    lines += [
+        f"- {r.ts:%Y-%m-%d} {r.action} {r.target} ({r.approval}): {r.summary}" for r in reflections
+    ] or ["- none"]
+    critical = [
+        r
+        for r in rows
+        if r.action in CRITICAL_ACTIONS
+        or r.target.split("/")[-1] in audit.CRITICAL_NAMES
+        or r.target.startswith("config:")
+    ]
+    lines.append("\n### Critical changes\n")
+    lines += [
+        f"- {r.ts:%Y-%m-%d %H:%M} {r.action} {r.target} by {r.actor} ({r.approval}): {r.summary}"
+        for r in critical
+    ] or ["- none"]
+    notable = [r for r in rows if r.action in ("MERGE", "DELETE", "ARCHIVE", "RENAME")]
+    lines.append("\n### Notable events\n")
+    by_kind = Counter((r.action, r.target) for r in notable)
+    lines += [f"- {a} {t}: {n} entries" for (a, t), n in sorted(by_kind.items())] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+def run_digest(
+    settings: Settings,
+    con: duckdb.DuckDBPyConnection | None = None,
+    *,
+    now: datetime | None = None,
+    retention_days: int = RETENTION_DAYS,
+    run_id: str | None = None,
+) -> DigestReport:
+    """Digest and prune every entry older than `retention_days`; a second run finds nothing to do."""
+    now = now or utcnow()
+    cutoff = now - timedelta(days=retention_days)
+    report = DigestReport(cutoff)
+    with audit.workspace_lock(settings):
+        repo = audit.open_repo(settings)
+        log_path = settings.workspace / AUDIT_LOG
+        raw = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
+        old: list[AuditRow] = []
+        keep_lines: list[str] = []
+        for line in raw:
+            row = audit.parse_line(line)
+            if row is not None and row.ts < cutoff:
+                old.append(row)
+            elif not line.startswith("# TIMESTAMP") and line.strip():
+                keep_lines.append(line)
+        report.kept = sum(1 for line in keep_lines if audit.parse_line(line) is not None)
+        if old and repo.is_dirty(path=AUDIT_LOG):
+            # Table-level lines not yet committed: commit them first, so git keeps every pruned line.
+            audit._commit(
+                repo,
+                [AUDIT_LOG],
+                audit.commit_message(
+                    "APPEND",
+                    AUDIT_LOG,
+                    "table-level entries committed before the digest",
+                    actor="audit_digest",
+                    approval="auto",
+                    trigger="monthly audit_digest",
+                    run_id=run_id,
+                ),
+                "audit_digest",
+            )
+        if old:
+            by_month: dict[str, list[AuditRow]] = {}
+            for r in sorted(old, key=lambda r: r.ts):
+                by_month.setdefault(f"{r.ts:%Y-%m}", []).append(r)
+            archive_path = settings.workspace / ARCHIVE
+            archive = archive_path.read_text() if archive_path.exists() else ARCHIVE_HEADER
+            for month, rows in sorted(by_month.items()):
+                archive += month_digest(month, rows)
+            report.months = sorted(by_month)
+            report.entries = len(old)
+            summary = f"{len(old)} entries of {', '.join(report.months)} digested and pruned"
+            row = AuditRow("ARCHIVE", AUDIT_LOG, "audit_digest", summary, run_id=run_id, ts=now)
+            atomic_write(archive_path, archive.encode())
+            atomic_write(
+                log_path, (LOG_HEADER + "".join(x + "\n" for x in keep_lines) + row.line() + "\n").encode()
+            )
+            audit._commit(
+                repo,
+                [ARCHIVE, AUDIT_LOG],
+                audit.commit_message(
+                    "ARCHIVE",
+                    AUDIT_LOG,
+                    summary,
+                    actor="audit_digest",
+                    approval="auto",
+                    trigger="monthly audit_digest",
+                    run_id=run_id,
+                ),
+                "audit_digest",
+            )
+    if con is not None:
+        report.table_rows = (
+            con.execute("DELETE FROM audit_log WHERE ts < ? RETURNING audit_id", [cutoff])
+            .fetchall()
+            .__len__()
+        )
+        if report.entries:
+            audit._insert_rows(con, [row])
+    return report

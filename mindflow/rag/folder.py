@@ -1,0 +1,78 @@
+"""The ebook folder: which documents it holds and a cheap fingerprint of each (light imports only)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from mindflow.rag.parsers import FORMATS
+
+
+@dataclass(frozen=True)
+class FileStat:
+    doc_id: str  # the path relative to the folder, with '/' separators
+    path: Path
+    size: int
+    mtime_ns: int
+
+
+def scan(folder: Path) -> dict[str, FileStat]:
+    """Every document of a supported format under `folder`, by doc_id; hidden files and folders skipped."""
+    found: dict[str, FileStat] = {}
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if any(part.startswith((".", "~")) for part in relative.parts):
+            continue
+        if path.suffix.lower() not in FORMATS or not path.is_file():
+            continue
+        try:
+            st = path.stat()
+        except OSError:  # removed while scanning
+            continue
+        doc_id = relative.as_posix()
+        found[doc_id] = FileStat(doc_id, path, st.st_size, st.st_mtime_ns)
+    return found
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fingerprints(folder: Path, previous: dict[str, list] | None = None) -> dict[str, list]:
+    """doc_id -> [size, mtime_ns, sha256]; only files whose size or time moved are read again.
+
+    A file merely touched keeps its hash, so `folder_changes` does not count it as changed.
+    """
+    previous = previous or {}
+    out: dict[str, list] = {}
+    for doc_id, st in scan(folder).items():
+        before = previous.get(doc_id)
+        if before and before[0] == st.size and before[1] == st.mtime_ns:
+            out[doc_id] = [st.size, st.mtime_ns, before[2]]
+            continue
+        try:
+            out[doc_id] = [st.size, st.mtime_ns, file_sha256(st.path)]
+        except OSError:  # removed or unreadable right now: seen on the next tick
+            continue
+    return out
+
+
+def folder_changes(previous: dict[str, list], current: dict[str, list]) -> dict[str, list[str]]:
+    """Added, changed and removed doc_ids between two fingerprints."""
+    changed = []
+    for doc_id in current.keys() & previous.keys():
+        old, new = previous[doc_id], current[doc_id]
+        if old[0] != new[0] or old[2] != new[2]:
+            changed.append(doc_id)
+    return {
+        "added": sorted(current.keys() - previous.keys()),
+        "changed": sorted(changed),
+        "removed": sorted(previous.keys() - current.keys()),
+    }

@@ -1,0 +1,137 @@
+"""Hybrid search over `ebook_chunks`: vector and full-text candidates fused by reciprocal rank."""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+from mindflow import lance
+from mindflow.rag.index import TABLE
+from mindflow.recall import primitives, rerank
+
+_WORD = re.compile(r"\w+")
+COLUMNS = ["doc_id", "title", "author", "chapter", "ordinal", "char_start", "char_end", "text"]
+_CONNECTIONS: dict[str, object] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class SearchConfig:
+    candidates: int = 50  # per retriever
+    vector_weight: float = 1.0
+    text_weight: float = 1.0
+    rrf_k: int = 60
+    # A hit whose words overlap this much with a better hit of the same title and chapter
+    # is left out: one book kept as EPUB and PDF would otherwise fill the results twice.
+    duplicate: float = 0.6
+
+
+@dataclass
+class EbookHit:
+    doc_id: str
+    title: str
+    author: str | None
+    chapter: str
+    ordinal: int
+    char_start: int
+    char_end: int
+    text: str
+    score: float
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def open_chunks(lance_path: Path):
+    """`ebook_chunks`, or None before the first reindex; each read sees the latest committed version."""
+    key = str(lance_path)
+    with _LOCK:
+        db = _CONNECTIONS.get(key)
+        if db is None:
+            import lancedb
+
+            lance_path.mkdir(parents=True, exist_ok=True)
+            db = lancedb.connect(key, read_consistency_interval=timedelta(0))
+            _CONNECTIONS[key] = db
+    return lance.open_table(db, TABLE)
+
+
+def search_chunks(
+    table, query: str, query_vector: np.ndarray, k: int = 5, config: SearchConfig | None = None
+) -> list[EbookHit]:
+    """The k best chunks for a query; `score` is the fused reciprocal rank of both retrievers."""
+    config = config or SearchConfig()
+    if table is None or k <= 0:
+        return []
+    limit = max(config.candidates, k)
+    by_vector = primitives.vector_candidates(table, query_vector, "TRUE", limit, COLUMNS)
+    by_text = primitives.text_candidates(table, query, "TRUE", limit, COLUMNS)
+    rows: dict[tuple[str, int], dict] = {}
+    vector_rank: dict[tuple[str, int], int] = {}
+    text_rank: dict[tuple[str, int], int] = {}
+    cosine: dict[tuple[str, int], float] = {}
+    bm25: dict[tuple[str, int], float] = {}
+    for rank, row in enumerate(by_vector.to_pylist()):
+        key = (row["doc_id"], row["ordinal"])
+        rows.setdefault(key, row)
+        vector_rank.setdefault(key, rank)
+        cosine[key] = float(row["cosine"])
+    if by_text is not None:
+        for rank, row in enumerate(by_text.to_pylist()):
+            key = (row["doc_id"], row["ordinal"])
+            rows.setdefault(key, row)
+            text_rank.setdefault(key, rank)
+            bm25[key] = float(row["_score"])
+    if not rows:
+        return []
+    keys = list(rows)
+    fused = rerank.rrf(
+        [
+            np.array([vector_rank.get(key, -1) for key in keys]),
+            np.array([text_rank.get(key, -1) for key in keys]),
+        ],
+        [config.vector_weight, config.text_weight],
+        config.rrf_k,
+    )
+    order = np.argsort(-fused, kind="stable")
+    hits = []
+    kept: list[tuple[str, str, set[str]]] = []
+    for i in order:
+        if len(hits) == k:
+            break
+        key = keys[int(i)]
+        row = rows[key]
+        words = set(_WORD.findall(row["text"].lower()))
+        if any(
+            title == row["title"] and chapter == row["chapter"] and _jaccard(words, other) >= config.duplicate
+            for title, chapter, other in kept
+        ):
+            continue  # the same passage from another file of the same book
+        kept.append((row["title"], row["chapter"], words))
+        hits.append(
+            EbookHit(
+                doc_id=row["doc_id"],
+                title=row["title"] or "",
+                author=row["author"],
+                chapter=row["chapter"] or "",
+                ordinal=int(row["ordinal"]),
+                char_start=int(row["char_start"]),
+                char_end=int(row["char_end"]),
+                text=row["text"],
+                score=float(fused[int(i)]),
+                parts={
+                    "cosine": cosine.get(key, 0.0),
+                    "bm25": bm25.get(key, 0.0),
+                    "vector_rank": float(vector_rank.get(key, -1)),
+                    "text_rank": float(text_rank.get(key, -1)),
+                },
+            )
+        )
+    return hits

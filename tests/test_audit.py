@@ -1,0 +1,433 @@
+"""The workspace audit trail: commits, audit.log, critical-file checksums, rollback, the monthly digest."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import git
+import pytest
+
+from mindflow import audit
+from mindflow.audit import AuditRow
+from mindflow.audit.digest import ARCHIVE, run_digest
+from mindflow.errors import MindflowError
+
+LOG_LINE = re.compile(
+    r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z \| (CREATE|EDIT|APPEND|DELETE|ARCHIVE|MERGE|REVERT|DECAY|RENAME|ALERT)"
+    r" \| [^|]+ \| [^|]+ \| [^|]+ \| [^|]+$"
+)
+
+
+def repo(settings) -> git.Repo:
+    return git.Repo(settings.workspace)
+
+
+def log_lines(settings) -> list[str]:
+    return [
+        x for x in (settings.workspace / "meta/audit.log").read_text().splitlines() if not x.startswith("#")
+    ]
+
+
+def test_write_file_commits_with_structured_message_and_logs(settings, con):
+    assert audit.write_file(
+        settings,
+        "ada/STORY.md",
+        "# story\n",
+        action="CREATE",
+        summary="first | chapter",
+        actor="narrative",
+        trigger="schedule nightly_narrative",
+        run_id="run-123",
+        con=con,
+    )
+    head = repo(settings).head.commit
+    subject, blank, *trailer = head.message.splitlines()
+    assert subject == "[CREATE] ada/STORY.md — first / chapter"
+    assert blank == ""
+    assert trailer[:4] == [
+        "Actor: narrative",
+        "Approval: auto",
+        "Trigger: schedule nightly_narrative",
+        "Run: run-123",
+    ]
+    assert set(head.stats.files) == {"ada/STORY.md", "meta/audit.log"}
+    assert (settings.workspace / "ada/STORY.md").read_text() == "# story\n"
+
+    line = log_lines(settings)[-1]
+    assert LOG_LINE.match(line), line
+    assert line.split(" | ")[1:5] == ["CREATE", "ada/STORY.md", "narrative", "auto"]
+    assert line.endswith("first / chapter (run run-123)")
+    row = con.execute("SELECT action, target, actor, approval, summary, run_id FROM audit_log").fetchall()
+    assert row == [("CREATE", "ada/STORY.md", "narrative", "auto", "first | chapter", "run-123")]
+
+    # The same content again: nothing written, committed or logged.
+    commits = len(list(repo(settings).iter_commits()))
+    assert not audit.write_file(
+        settings,
+        "ada/STORY.md",
+        "# story\n",
+        action="EDIT",
+        summary="again",
+        actor="narrative",
+        trigger="t",
+        run_id=None,
+        con=con,
+    )
+    assert len(list(repo(settings).iter_commits())) == commits
+    assert con.execute("SELECT count(*) FROM audit_log").fetchone()[0] == 1
+
+
+def test_write_file_refuses_bad_input(settings):
+    for text in ("", "   \n", None, 42):
+        with pytest.raises(MindflowError):
+            audit.write_file(
+                settings,
+                "ada/STORY.md",
+                text,
+                action="EDIT",
+                summary="s",
+                actor="a",
+                trigger="t",
+                run_id=None,
+            )
+    with pytest.raises(MindflowError, match="unknown audit action"):
+        audit.write_file(
+            settings, "ada/STORY.md", "x", action="WRITE", summary="s", actor="a", trigger="t", run_id=None
+        )
+    for bad in ("../escape.md", "/etc/passwd", ".git/config"):
+        with pytest.raises(MindflowError, match="inside the workspace"):
+            audit.write_file(
+                settings, bad, "x", action="EDIT", summary="s", actor="a", trigger="t", run_id=None
+            )
+    assert not (settings.workspace.parent / "escape.md").exists()
+
+
+def test_table_mutations_and_query(settings, con):
+    audit.log_table_mutations(
+        con,
+        [
+            AuditRow("MERGE", "table:clusters", "patrol", "ada: 2 small clusters merged", run_id="r1"),
+            AuditRow("DECAY", "table:decay_scores", "decay", "ada: 3 memories active -> fading", run_id="r2"),
+        ],
+        settings,
+    )
+    audit.write_file(
+        settings,
+        "bram/MEMORY.md",
+        "# m\n",
+        action="CREATE",
+        summary="core",
+        actor="core_memory",
+        trigger="t",
+        run_id="r3",
+        con=con,
+    )
+    assert all(LOG_LINE.match(x) for x in log_lines(settings))
+    assert [r.action for r in audit.query(settings, actor="patrol")] == ["MERGE"]
+    assert [r.target for r in audit.query(settings, file="MEMORY.md")] == ["bram/MEMORY.md"]
+    assert [r.run_id for r in audit.query(settings, action="decay")] == ["r2"]
+    assert audit.query(settings, since=datetime.now() + timedelta(days=1)) == []
+    assert con.execute("SELECT count(*) FROM audit_log WHERE run_id IN ('r1', 'r2', 'r3')").fetchone()[0] == 3
+
+
+def test_patrol_history_of_a_run_becomes_audit_rows_with_its_run_id(settings, con):
+    from mindflow import patrol
+    from mindflow.audit.tables import log_history
+
+    now = datetime(2026, 6, 1, 2, 0)
+    con.execute(
+        """
+        INSERT INTO nodes (node_id, being_id, importance, session_count, status, pinned, source_episode_ids,
+            created_at, updated_at)
+        VALUES ('n1', 'ada', 0.05, 40, 'active', FALSE, ['e1'], ?, ?),
+               ('n2', 'ada', 0.9, 1, 'active', FALSE, ['e2'], ?, ?),
+               ('n3', 'ada', 0.01, 90, 'active', TRUE, ['e3'], ?, ?)
+        """,
+        [now] * 6,
+    )
+    before = datetime(2026, 5, 1)
+    con.execute("INSERT INTO history VALUES ('h-old', ?, 'n9', 'ada', 'dying', NULL, NULL, NULL)", [before])
+    report = patrol.step_dying(con, "ada", patrol.PatrolParams(), now)
+    assert report.counts["dying"] == 1
+    rows = log_history(con, settings, since=now, run_id="patrol-run", actor="patrol")
+    assert [(r.action, r.target, r.summary, r.run_id) for r in rows] == [
+        ("DECAY", "table:nodes", "ada: 1 nodes dying", "patrol-run")
+    ]
+    assert con.execute("SELECT memory_ref, run_id FROM history ORDER BY ts").fetchall() == [
+        ("n9", None),
+        ("n1", "patrol-run"),
+    ]
+    assert audit.query(settings, actor="patrol")[0].summary == "ada: 1 nodes dying"
+
+
+def test_decay_transitions_become_audit_rows(settings, con):
+    from mindflow.audit.tables import log_decay_transitions
+    from mindflow.decay import run_decay
+
+    now = datetime(2026, 6, 1)
+    con.execute(
+        "INSERT INTO decay_scores (memory_ref, being_id, store, kind, base_relevance, created_at, last_accessed, "
+        "access_count, type_weight, status, pinned) VALUES "
+        "('n1', 'ada', 'nodes', 'message', 0.9, ?, ?, 1, 0.8, 'active', FALSE), "
+        "('n2', 'ada', 'nodes', 'message', 0.9, ?, ?, 1, 0.8, 'active', TRUE)",
+        [now - timedelta(days=200)] * 4,
+    )
+    report = run_decay(con, now)
+    assert report.transitions == [("ada", "active", "archived", 1)]
+    # Memories registered by this run count from "new", unless they arrive active.
+    con.execute(
+        "INSERT INTO nodes (node_id, being_id, importance, kind, source_episode_ids, created_at, updated_at) "
+        "VALUES ('n3', 'ada', 0.9, 'message', ['e3'], ?, ?), ('n4', 'ada', 0.01, 'message', ['e4'], ?, ?)",
+        [now - timedelta(days=30)] * 2 + [now - timedelta(days=300)] * 2,
+    )
+    assert run_decay(con, now).transitions == [("ada", "new", "archived", 1), ("ada", "new", "fading", 1)]
+    rows = log_decay_transitions(con, settings, report.transitions, run_id="decay-run")
+    assert [(r.action, r.target, r.summary) for r in rows] == [
+        ("ARCHIVE", "table:decay_scores", "ada: 1 memories active -> archived")
+    ]
+    assert con.execute("SELECT action, run_id FROM audit_log").fetchall() == [("ARCHIVE", "decay-run")]
+
+
+def test_tampered_soul_is_detected_alerted_once_and_surfaced(settings, con):
+    from mindflow.status import integrity_lines
+
+    audit.write_file(
+        settings,
+        "ada/SOUL.md",
+        "I am ada.\n",
+        action="CREATE",
+        summary="persona",
+        actor="demo",
+        trigger="demo",
+        run_id=None,
+    )
+    first = audit.verify_critical(settings, con, run_id="r1")
+    assert first.ok and "ada/SOUL.md" not in first.baselined  # recorded by write_file already
+    assert integrity_lines(settings) == ""
+
+    (settings.workspace / "ada/SOUL.md").write_text("I am ada, and I obey anyone.\n")
+    status = integrity_lines(settings)  # read-only: reports, logs nothing
+    assert "ALERT" in status and "ada/SOUL.md" in status
+    assert audit.query(settings, action="ALERT") == []
+
+    report = audit.verify_critical(settings, con, run_id="r2")
+    assert report.changed == ["ada/SOUL.md"] and report.new_alerts == ["ada/SOUL.md"]
+    assert report.metadata()["critical_alerts"] == 1
+    alerts = audit.query(settings, action="ALERT")
+    assert [(r.target, r.run_id) for r in alerts] == [("ada/SOUL.md", "r2")]
+    assert con.execute("SELECT target FROM audit_log WHERE action = 'ALERT'").fetchall() == [("ada/SOUL.md",)]
+
+    # Still reported by the next run, but logged once per distinct content.
+    again = audit.verify_critical(settings, con, run_id="r3")
+    assert again.changed == ["ada/SOUL.md"] and again.new_alerts == []
+    assert len(audit.query(settings, action="ALERT")) == 1
+
+    # Rolling back restores the committed persona and clears the alert.
+    sha, changed = audit.rollback(settings, "ada/SOUL.md", "HEAD", con=con)
+    assert changed and (settings.workspace / "ada/SOUL.md").read_text() == "I am ada.\n"
+    assert audit.verify_critical(settings, con).ok
+
+
+def test_accepting_a_changed_soul_commits_it(settings, con):
+    audit.write_file(
+        settings,
+        "bram/SOUL.md",
+        "I am bram.\n",
+        action="CREATE",
+        summary="persona",
+        actor="demo",
+        trigger="demo",
+        run_id=None,
+    )
+    (settings.workspace / "bram/SOUL.md").write_text("I am bram, warmer now.\n")
+    assert not audit.verify_critical(settings, con).ok
+    audit.accept_critical(settings, "bram/SOUL.md", con=con)
+    assert audit.verify_critical(settings, con).ok
+    head = repo(settings).head.commit
+    assert head.message.startswith("[EDIT] bram/SOUL.md — change accepted as intended")
+    assert "Approval: human" in head.message
+    assert not repo(settings).is_dirty(path="bram/SOUL.md")
+    with pytest.raises(MindflowError, match="not a critical file"):
+        audit.accept_critical(settings, "bram/STORY.md")
+
+
+def test_rollback_by_commit_and_by_date(settings, con):
+    for n in range(3):
+        audit.write_file(
+            settings,
+            "ada/STORY.md",
+            f"version {n}\n",
+            action="EDIT",
+            summary=f"v{n}",
+            actor="narrative",
+            trigger="t",
+            run_id=f"r{n}",
+            con=con,
+        )
+    history = audit.file_history(settings, "ada/STORY.md")
+    assert [h[2] for h in history] == [f"[EDIT] ada/STORY.md — v{n}" for n in (2, 1, 0)]
+    sha, changed = audit.rollback(settings, "ada/STORY.md", history[2][0][:8], con=con)
+    assert changed and sha == history[2][0]
+    assert (settings.workspace / "ada/STORY.md").read_text() == "version 0\n"
+    revert = audit.query(settings, action="REVERT")[-1]
+    assert (revert.target, revert.actor, revert.approval) == ("ada/STORY.md", "user", "human")
+    assert repo(settings).head.commit.message.startswith("[REVERT] ada/STORY.md — restored to")
+
+    # By date: today's end is after every commit, so the newest version (the revert) stays.
+    today = datetime.now().strftime("%Y-%m-%d")
+    _, changed = audit.rollback(settings, "ada/STORY.md", today, con=con)
+    assert not changed
+    with pytest.raises(MindflowError, match="no committed version"):
+        audit.rollback(settings, "ada/STORY.md", "2001-01-01")
+    with pytest.raises(MindflowError, match="neither a commit"):
+        audit.rollback(settings, "ada/STORY.md", "not-a-commit")
+    with pytest.raises(MindflowError, match="does not exist in commit"):
+        audit.rollback(settings, "ada/NOPE.md", "HEAD")
+
+
+def test_digest_and_pruning_of_a_fabricated_120_day_log(settings, con):
+    now = datetime(2026, 11, 1, 4, 0)
+    rows = []
+    for day in range(120):
+        ts = now - timedelta(days=120 - day, hours=3)
+        rows.append(
+            AuditRow("APPEND", "ada/STORY.md", "narrative", f"chapter of day {day}", run_id=f"n{day}", ts=ts)
+        )
+        if day % 10 == 0:
+            rows.append(AuditRow("MERGE", "table:clusters", "patrol", "ada: 1 small clusters merged", ts=ts))
+        if day == 5:
+            rows.append(AuditRow("ALERT", "ada/SOUL.md", "integrity", "critical file changed", "none", ts=ts))
+            rows.append(
+                AuditRow(
+                    "CREATE", "ada/reflection/2026-07-08.md", "reflect", "weekly reflection", "human", ts=ts
+                )
+            )
+    audit.log_table_mutations(con, rows, settings)
+    cutoff = now - timedelta(days=90)
+    old = [r for r in rows if r.ts < cutoff]
+    recent = [r for r in rows if r.ts >= cutoff]
+    assert len(old) == 31 + 4 + 2 and con.execute("SELECT count(*) FROM audit_log").fetchone()[0] == len(rows)
+
+    report = run_digest(settings, con, now=now, run_id="digest-1")
+    assert report.entries == len(old) and report.months == ["2026-07", "2026-08"]
+    assert report.table_rows == len(old)
+    left = audit.read_log(settings)
+    assert min(r.ts for r in left) >= cutoff
+    assert len(left) == len(recent) + 1  # plus the digest's own ARCHIVE line
+    assert left[-1].action == "ARCHIVE" and left[-1].run_id == "digest-1"
+    assert con.execute("SELECT count(*) FROM audit_log WHERE ts < ?", [cutoff]).fetchone()[0] == 0
+
+    archive = (settings.workspace / ARCHIVE).read_text()
+    assert "## 2026-07" in archive and "## 2026-08" in archive
+    july = archive.split("## 2026-07")[1].split("## 2026-08")[0]
+    july_rows = [r for r in old if r.ts.month == 7]
+    assert f"{len(july_rows)} entries" in july
+    assert f"| APPEND | {sum(r.action == 'APPEND' for r in july_rows)} |" in july
+    assert "ada/reflection/2026-07-08.md" in july.split("### Reflections")[1].split("###")[0]
+    assert "ALERT ada/SOUL.md" in july.split("### Critical changes")[1]
+    assert "MERGE table:clusters" in july.split("### Notable events")[1]
+
+    # Git keeps the pruned lines; a second run has nothing to do.
+    head = repo(settings).head.commit
+    assert head.message.startswith("[ARCHIVE] meta/audit.log —")
+    previous = (head.parents[0].tree / "meta/audit.log").data_stream.read().decode()
+    assert "chapter of day 0 (run n0)" in previous
+    again = run_digest(settings, con, now=now)
+    assert again.entries == 0 and (settings.workspace / ARCHIVE).read_text() == archive
+
+
+def test_cli_audit_and_rollback(settings, home):
+    audit.write_file(
+        settings,
+        "ada/STORY.md",
+        "one\n",
+        action="CREATE",
+        summary="one",
+        actor="narrative",
+        trigger="t",
+        run_id="r1",
+    )
+    audit.write_file(
+        settings,
+        "ada/STORY.md",
+        "two\n",
+        action="APPEND",
+        summary="two",
+        actor="narrative",
+        trigger="t",
+        run_id="r2",
+    )
+    first = audit.file_history(settings, "ada/STORY.md")[-1][0]
+    env = {**os.environ, "MINDFLOW_HOME": str(home)}
+
+    def cli(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "mindflow.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    out = cli("audit", "--file", "STORY.md", "--actor", "narrative")
+    assert out.returncode == 0, out.stderr
+    assert [line.split(" | ")[1] for line in out.stdout.splitlines()] == ["CREATE", "APPEND"]
+    out = cli("rollback", "ada/STORY.md", "--to", first[:10])
+    assert out.returncode == 0, out.stderr
+    assert "logged as REVERT" in out.stdout
+    assert (settings.workspace / "ada/STORY.md").read_text() == "one\n"
+    out = cli("audit", "--action", "REVERT")
+    assert "REVERT | ada/STORY.md | user | human" in out.stdout
+    out = cli("rollback", "ada/STORY.md", "--to", "yesterday")
+    assert out.returncode == 1 and out.stderr.startswith("error: ") and "Traceback" not in out.stderr
+    out = cli("audit", "--since", "tomorrow")
+    assert out.returncode == 1 and "invalid --since" in out.stderr
+
+    # `mindflow status` surfaces a persona edited by hand, and says what to do.
+    from mindflow import store
+
+    with store.connect(settings.duckdb_path):
+        pass
+    audit.write_file(
+        settings,
+        "ada/SOUL.md",
+        "I am ada.\n",
+        action="CREATE",
+        summary="persona",
+        actor="demo",
+        trigger="demo",
+        run_id=None,
+    )
+    assert "ALERT" not in cli("status").stdout
+    (settings.workspace / "ada/SOUL.md").write_text("I am someone else.\n")
+    out = cli("status")
+    assert out.returncode == 0, out.stderr
+    assert "ALERT critical files changed outside mindflow: ada/SOUL.md" in out.stdout
+    assert "mindflow rollback FILE --to COMMIT" in out.stdout
+
+
+def test_files_present_before_the_repository_are_its_first_version(settings):
+    soul = settings.workspace / "ada" / "SOUL.md"
+    soul.parent.mkdir(parents=True)
+    soul.write_text("I am ada, written by hand.\n")
+    (settings.workspace / "ada" / "STORY.md.lock").write_text("")
+    audit.write_file(
+        settings,
+        "ada/STORY.md",
+        "# story\n",
+        action="CREATE",
+        summary="s",
+        actor="narrative",
+        trigger="t",
+        run_id=None,
+    )
+    first = list(repo(settings).iter_commits())[-1]
+    assert first.message.startswith("[CREATE] meta/audit.log — workspace repository initialised (1 existing")
+    assert set(first.stats.files) == {".gitignore", "meta/audit.log", "ada/SOUL.md"}  # locks are ignored
+    soul.write_text("tampered\n")
+    sha, changed = audit.rollback(settings, "ada/SOUL.md", first.hexsha)
+    assert changed and soul.read_text() == "I am ada, written by hand.\n"

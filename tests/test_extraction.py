@@ -1,0 +1,234 @@
+"""LLM scene and fact extraction against hand-written answers from the loopback server."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+from mindflow import extraction, patrol
+from mindflow.config import load_settings
+from mindflow.inbox import episodes_table
+from mindflow.llm import resolve
+from mindflow.models import Episode
+
+ADA = "ada"
+TS = datetime(2026, 1, 5, 9, 0, 0)
+NOW = datetime(2026, 1, 6, 3, 0, 0)
+TABLES = ("scene_notes", "facts", "relations", "aliases", "co_occurrences", "history")
+
+
+def insert(con, texts, prefix="e", start=TS):
+    episodes = [
+        Episode(episode_id=f"{prefix}{i}", being_id=ADA, ts=start + timedelta(minutes=i), speaker="ada",
+                role="user", text=t)
+        for i, t in enumerate(texts)
+    ]  # fmt: skip
+    con.register("test_episodes", episodes_table(episodes))
+    con.execute("INSERT INTO episodes SELECT *, ?::TIMESTAMP FROM test_episodes", [NOW])
+    con.unregister("test_episodes")
+
+
+def scene(ids, action, **extra):
+    return {
+        "episode_ids": ids,
+        "action": action,
+        "actors": ["ada"],
+        "when": [{"date": "2026-01-05", "action": action}],
+        "feeling": "focused",
+        "importance": 0.7,
+        "themes": ["auth"],
+        "emotion": [0.6, 0.4, 0.5, 0.1, 0.3, 0.2],
+        **extra,
+    }
+
+
+def snapshot(con):
+    return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
+
+
+def llm_for(settings_env, purpose="extraction"):
+    return resolve(load_settings(), purpose)
+
+
+def test_batch_becomes_scenes_facts_relations(con, llm_server):
+    llm_server.configure("openai:gpt-4o")
+    insert(con, ["We chose Postgres for the billing service", "Bram will build the OAuth PKCE login",
+                 "Coffee with Bram after the review"])  # fmt: skip
+    llm_server.script([{
+        "scenes": [scene(["e0", "e1"], "Planned the billing service"), scene(["e2"], "Coffee with Bram")],
+        "entities": [{"name": "billing service", "aliases": ["billing"]}, {"name": "Bram", "aliases": []}],
+        "facts": [
+            {"entity": "billing service", "key": "database", "value": "Postgres", "category": "decision",
+             "confidence": 0.9, "episode_ids": ["e0"]},
+            {"entity": "billing", "key": "login", "value": "OAuth PKCE", "category": "technology",
+             "episode_ids": ["e0", "e1"]},
+        ],
+        "relations": [
+            {"subject": "Bram", "predicate": "develops", "object": "OAuth PKCE", "episode_ids": ["e1"]},
+            {"subject": "billing", "predicate": "USES", "object": "Postgres", "episode_ids": ["e0"]},
+            {"subject": "Bram", "predicate": "likes", "object": "coffee", "episode_ids": ["e2"]},
+        ],
+    }])  # fmt: skip
+    report = extraction.extract(con, ADA, llm_for(None), NOW)
+    assert len(llm_server.requests) == 1  # three episodes, one call
+    assert "[e0] 2026-01-05 ada: We chose Postgres" in llm_server.requests[0].prompt_text
+    assert (report.scenes, report.facts_new, report.relations, report.aliases) == (2, 2, 3, 1)
+    scenes = con.execute(
+        "SELECT episode_ids, action, emotion, extractor FROM scene_notes ORDER BY action"
+    ).fetchall()
+    assert scenes == [
+        (["e2"], "Coffee with Bram", [0.6, 0.4, 0.5, 0.1, 0.3, 0.2], "openai:gpt-4o"),
+        (["e0", "e1"], "Planned the billing service", [0.6, 0.4, 0.5, 0.1, 0.3, 0.2], "openai:gpt-4o"),
+    ]
+    # The alias "billing" was resolved to its entity in facts and relations.
+    assert con.execute(
+        "SELECT entity, key, value, source_episode_ids FROM facts ORDER BY key"
+    ).fetchall() == [
+        ("billing service", "database", "Postgres", ["e0"]),
+        ("billing service", "login", "OAuth PKCE", ["e0", "e1"]),
+    ]
+    assert con.execute("SELECT subject, predicate, object FROM relations ORDER BY ALL").fetchall() == [
+        ("Bram", "develops", "OAuth PKCE"),
+        ("Bram", "relates-to", "coffee"),  # not in the vocabulary
+        ("billing service", "uses", "Postgres"),
+    ]
+    # Both facts came from e0: mentioned together once.
+    assert con.execute("SELECT weight FROM co_occurrences").fetchall() == [(1.0,)]
+    # The scenes become nodes with their emotion and the `when` actions.
+    patrol.ensure_roots(con, ADA, NOW)
+    assert patrol.step_scenes(con, ADA, NOW).counts["new"] == 0  # nothing left for the mechanical step
+
+
+def test_contradicted_fact_is_superseded_not_overwritten(con, llm_server):
+    llm_server.configure("openai:gpt-4o")
+    insert(con, ["Billing runs on MySQL"], prefix="a")
+    llm_server.script([{
+        "scenes": [scene(["a0"], "Billing on MySQL")],
+        "facts": [{"entity": "billing", "key": "database", "value": "MySQL", "episode_ids": ["a0"]}],
+    }])  # fmt: skip
+    extraction.extract(con, ADA, llm_for(None), NOW)
+    insert(con, ["We moved billing to Postgres"], prefix="b", start=TS + timedelta(days=1))
+    llm_server.script([{
+        "scenes": [scene(["b0"], "Billing moved to Postgres")],
+        "facts": [{"entity": "Billing", "key": "Database", "value": "Postgres", "episode_ids": ["b0"]}],
+    }])  # fmt: skip
+    report = extraction.extract(con, ADA, llm_for(None), NOW)
+    assert report.facts_superseded == 1
+    facts = con.execute("SELECT value, valid_at, invalid_at FROM facts ORDER BY valid_at").fetchall()
+    assert facts == [
+        ("MySQL", TS, TS + timedelta(days=1)),
+        ("Postgres", TS + timedelta(days=1), None),
+    ]
+    assert con.execute("SELECT subject, predicate, object FROM relations").fetchall() == [
+        ("billing database: Postgres", "supersedes", "billing database: MySQL")
+    ]
+    assert con.execute("SELECT operation FROM history").fetchall() == [("superseded",)]
+
+
+def test_alias_merge_across_runs(con, llm_server):
+    llm_server.configure("openai:gpt-4o")
+    insert(con, ["Started on OAuth PKCE"], prefix="a")
+    llm_server.script([{
+        "scenes": [scene(["a0"], "OAuth work")],
+        "entities": [{"name": "OAuth PKCE", "aliases": []}],
+        "facts": [{"entity": "OAuth PKCE", "key": "status", "value": "started", "episode_ids": ["a0"]}],
+    }])  # fmt: skip
+    extraction.extract(con, ADA, llm_for(None), NOW)
+    insert(con, ["The OAuth2 PKCE flow is done"], prefix="b", start=TS + timedelta(hours=1))
+    llm_server.script([{
+        "scenes": [scene(["b0"], "OAuth done")],
+        "entities": [{"name": "OAuth PKCE", "aliases": ["OAuth2 PKCE flow"]}],
+        "facts": [{"entity": "OAuth2 PKCE flow", "key": "status", "value": "done", "episode_ids": ["b0"]}],
+    }])  # fmt: skip
+    extraction.extract(con, ADA, llm_for(None), NOW)
+    assert '"OAuth PKCE"' in llm_server.requests[1].prompt_text  # known entities shown to the model
+    assert con.execute("SELECT alias, entity FROM aliases").fetchall() == [("OAuth2 PKCE flow", "OAuth PKCE")]
+    assert con.execute(
+        "SELECT entity, value, invalid_at IS NULL FROM facts ORDER BY created_at, value"
+    ).fetchall() == [("OAuth PKCE", "done", True), ("OAuth PKCE", "started", False)]
+
+
+def test_rejected_answers_write_nothing_and_parse_failed_is_repaired(con, llm_server, embedder):
+    llm_server.configure("anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o")
+    insert(con, ["first", "second"])
+    before = snapshot(con)
+    # Unknown episode id from the primary, wrong shape from the fallback.
+    llm_server.script([
+        {"scenes": [scene(["e9"], "invented")]},
+        '{"scenes": [{"episode_ids": ["e0"], "action": "x", "importance": 7}]}',
+    ])  # fmt: skip
+    report = extraction.extract(con, ADA, llm_for(None), NOW)
+    assert report.parse_failed == 1 and report.scenes == 0
+    after = snapshot(con)
+    assert {t: after[t] for t in TABLES if t != "scene_notes"} == {
+        t: before[t] for t in TABLES if t != "scene_notes"
+    }
+    notes = con.execute("SELECT episode_ids, action, note_status, raw FROM scene_notes").fetchall()
+    assert notes == [(["e0", "e1"], "[PARSE_FAILED]", "parse_failed",
+                      '{"scenes": [{"episode_ids": ["e0"], "action": "x", "importance": 7}]}')]  # fmt: skip
+    # No node from a failed note.
+    patrol.ensure_roots(con, ADA, NOW)
+    assert patrol.step_nodes(con, ADA, embedder, patrol.PatrolParams(), NOW).counts["new"] == 0
+    # Next run: the same episodes are asked again and the note goes.
+    llm_server.script([{"scenes": [scene(["e0", "e1"], "both")]}])
+    report = extraction.extract(con, ADA, llm_for(None), NOW)
+    assert (report.scenes, report.repaired, report.parse_failed) == (1, 1, 0)
+    assert con.execute("SELECT action, note_status FROM scene_notes").fetchall() == [("both", "ok")]
+    # The scene becomes one node with its emotion and its `when` action.
+    assert patrol.step_nodes(con, ADA, embedder, patrol.PatrolParams(), NOW).counts["new"] == 1
+    assert con.execute("SELECT source_episode_ids, emotion, scene.when FROM nodes").fetchall() == [
+        (["e0", "e1"], [0.6, 0.4, 0.5, 0.1, 0.3, 0.2], [{"date": "2026-01-05", "action": "both"}])
+    ]
+
+
+def test_server_down_writes_nothing_and_leaves_episodes_pending(con, llm_server):
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0", LLM_CONTEXT_TOKENS="2048")
+    insert(con, [f"episode number {i} " + "words " * 200 for i in range(12)])
+    before = snapshot(con)
+    llm_server.script([500] * 3)
+    llm = llm_for(None)
+    report = extraction.extract(con, ADA, llm, NOW)
+    assert report.batches == 1 and report.pending == 12 and report.scenes == 0
+    assert len(llm_server.requests) == 1  # it stopped instead of hammering a dead server
+    assert snapshot(con) == before
+    assert llm.usage.failed_calls == 1 and "HTTP 500" in llm.usage.errors[0]
+
+
+def test_batches_are_sized_to_the_context(con, llm_server):
+    llm_server.configure("openai-compatible:small", LLM_CONTEXT_TOKENS="8192")
+    texts = [f"note {i}: " + "a fairly ordinary sentence about the day " * 5 for i in range(200)]
+    insert(con, texts)
+
+    def answer(request):
+        ids = [line[1:].split("]")[0] for line in request.prompt_text.splitlines() if line.startswith("[e")]
+        return {"scenes": [scene([i], f"scene {i}") for i in ids]}
+
+    llm_server.responder = answer
+    report = extraction.extract(con, ADA, llm_for(None), NOW)
+    llm = llm_for(None)
+    lines = [f"[e{i}] 2026-01-05 ada: {t}" for i, t in enumerate(texts)]
+    total = sum(llm.count_tokens(line) + 1 for line in lines)
+    # 8,192 context: 2,048-token answers, so at most 4,096 input tokens per batch.
+    expected = -(-total // 4096)
+    assert report.scenes == 200
+    assert expected <= len(llm_server.requests) <= expected + 1
+    assert len(llm_server.requests) < 20
+    for request in llm_server.requests:
+        assert request.body["max_tokens"] == 2048
+        user = request.body["messages"][1]["content"]
+        assert llm.count_tokens(user) < 4096 + 200
+    assert json.loads(json.dumps(report.counts()))["batches"] == len(llm_server.requests)
+
+
+def test_switching_the_model_off_covers_parse_failed_episodes_mechanically(con, llm_server):
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0")
+    insert(con, ["first", "second"])
+    llm_server.script(["not json"])
+    assert extraction.extract(con, ADA, llm_for(None), NOW).parse_failed == 1
+    assert patrol.step_scenes(con, ADA, NOW).counts["new"] == 2
+    assert con.execute(
+        "SELECT episode_ids, note_status, extractor FROM scene_notes ORDER BY ALL"
+    ).fetchall() == [
+        (["e0"], "ok", "mechanical"),
+        (["e1"], "ok", "mechanical"),
+    ]

@@ -1,0 +1,196 @@
+"""The LLM layer against a loopback server, through the real anthropic and openai SDKs."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pydantic
+import pytest
+from llm_server import Reply
+
+from mindflow.config import load_settings
+from mindflow.errors import MindflowError
+from mindflow.llm import LLMError, chain_for, estimate_tokens, resolve
+from mindflow.prompts import Prompt, user
+
+
+class Answer(pydantic.BaseModel):
+    label: str
+    score: float
+
+
+def ask(llm, schema=Answer):
+    return llm.complete(Prompt("test_prompt", "Classify.", user("the text"), schema, max_tokens=100))
+
+
+def test_nothing_configured_is_mechanical(home, monkeypatch):
+    for name in ("MINDFLOW_LLM", "MINDFLOW_LLM_PATROL", "MINDFLOW_LLM_FALLBACK"):
+        monkeypatch.delenv(name, raising=False)
+    assert resolve(load_settings(), "patrol") is None
+
+
+def test_resolution_per_purpose_and_fallback_order(home, llm_server):
+    llm_server.configure(
+        "anthropic:claude-sonnet-4-5",
+        fallback="openai:gpt-4o, anthropic:claude-sonnet-4-5,openai-compatible:llama3",
+        MINDFLOW_LLM_EXTRACTION="openai:gpt-4o-mini",
+    )
+    settings = load_settings()
+    assert [str(s) for s in chain_for(settings, "patrol")] == [
+        "anthropic:claude-sonnet-4-5",
+        "openai:gpt-4o",
+        "openai-compatible:llama3",
+    ]
+    assert [str(s) for s in chain_for(settings, "extraction")] == [
+        "openai:gpt-4o-mini",
+        "openai:gpt-4o",
+        "anthropic:claude-sonnet-4-5",
+        "openai-compatible:llama3",
+    ]
+    # The chain is walked in that order on failure: one request to each model.
+    llm_server.script([Reply(text=None, status=400), "", '{"label": "Business", "score": 0.9}'])
+    llm = resolve(settings, "patrol")
+    assert ask(llm) == Answer(label="Business", score=0.9)
+    assert [(r.provider, r.model) for r in llm_server.requests] == [
+        ("anthropic", "claude-sonnet-4-5"),
+        ("openai", "gpt-4o"),
+        ("openai", "llama3"),
+    ]
+    assert llm.usage.failovers == 2 and llm.usage.failed_calls == 2
+
+
+def test_bad_model_spec_is_a_clear_error(home, llm_server):
+    llm_server.configure("claude-sonnet")
+    with pytest.raises(MindflowError, match="provider:model"):
+        resolve(load_settings(), "narrative")
+    llm_server.configure("openai-compatible:llama3", MINDFLOW_LLM_BASE_URL=None)
+    with pytest.raises(MindflowError, match="MINDFLOW_LLM_BASE_URL"):
+        resolve(load_settings(), "narrative")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "this is not json",  # malformed
+        '{"label": "Business", "score": 0.9',  # truncated JSON
+        '{"label": ["x"], "score": "high"}',  # wrong shape
+        "",  # empty text
+        "   ",  # blank text
+        Reply(text=None, status=400),  # a non-retryable error
+        Reply(raw={"unexpected": True}),  # a body that is not the wire format
+        Reply(raw={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}),  # error event
+    ],
+)
+def test_failover_on_each_failure_kind(home, llm_server, bad):
+    llm_server.configure("anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o")
+    llm_server.script([bad, '```json\n{"label": "Private", "score": 0.4}\n```'])
+    llm = resolve(load_settings(), "patrol")
+    assert ask(llm) == Answer(label="Private", score=0.4)
+    assert [r.provider for r in llm_server.requests] == ["anthropic", "openai"]
+    assert llm.usage.failovers == 1
+    assert llm.usage.failed_calls == 1
+    assert len(llm.usage.errors) == 1 and "anthropic:claude-sonnet-4-5" in llm.usage.errors[0]
+
+
+def test_retry_after_is_honoured(home, llm_server):
+    llm_server.configure("openai:gpt-4o")
+    llm_server.script([Reply(text=None, status=429, headers={"retry-after": "0.6"}), "ok"])
+    llm = resolve(load_settings(), "narrative")
+    started = time.monotonic()
+    assert ask(llm, schema=None) == "ok"
+    assert time.monotonic() - started >= 0.6 and llm.usage.retries == 1
+
+
+def test_429_then_success_retries_same_model(home, llm_server):
+    llm_server.configure("openai:gpt-4o", fallback="anthropic:claude-sonnet-4-5")
+    llm_server.script([429, 429, "plain words"])
+    llm = resolve(load_settings(), "narrative")
+    assert ask(llm, schema=None) == "plain words"
+    assert [r.model for r in llm_server.requests] == ["gpt-4o"] * 3
+    assert (llm.usage.retries, llm.usage.failovers, llm.usage.calls) == (2, 0, 3)
+    # Tokens and cost from the price table (gpt-4o: 2.5 / 10 USD per million).
+    assert (llm.usage.input_tokens, llm.usage.output_tokens) == (11, 7)
+    assert llm.usage.cost_usd == pytest.approx((11 * 2.5 + 7 * 10.0) / 1e6)
+
+
+def test_500_exhausts_retries_then_fails_over(home, llm_server):
+    llm_server.configure("openai:gpt-4o", fallback="anthropic:claude-sonnet-4-5", LLM_MAX_RETRIES="1")
+    llm_server.script([500, 503, "from claude"])
+    llm = resolve(load_settings(), "narrative")
+    assert ask(llm, schema=None) == "from claude"
+    assert [r.provider for r in llm_server.requests] == ["openai", "openai", "anthropic"]
+    assert llm.usage.retries == 1 and llm.usage.failovers == 1
+
+
+def test_hang_past_timeout_is_retried_then_fails_over(home, llm_server):
+    llm_server.configure(
+        "anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o", LLM_TIMEOUT_S="0.5", LLM_MAX_RETRIES="1"
+    )
+    llm_server.script([Reply(text="late", hang=1.5), Reply(text="late", hang=1.5), "on time"])
+    llm = resolve(load_settings(), "narrative")
+    started = time.monotonic()
+    assert ask(llm, schema=None) == "on time"
+    assert time.monotonic() - started < 1.5 * 3
+    assert llm.usage.retries == 1 and llm.usage.failovers == 1
+    assert "timeout" in llm.usage.errors[0]
+
+
+def test_all_models_fail_raises_llm_error(home, llm_server):
+    llm_server.configure("anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o", LLM_MAX_RETRIES="0")
+    llm_server.script(["nope", 500])
+    llm = resolve(load_settings(), "patrol")
+    with pytest.raises(LLMError, match="no valid answer"):
+        ask(llm)
+    assert llm.usage.failed_calls == 2 and len(llm.usage.errors) == 2
+
+
+def test_budget_stops_calls(home, llm_server):
+    llm_server.configure("openai:gpt-4o", LLM_BUDGET_CALLS="2")
+    llm_server.script(['{"label": "a", "score": 1}'] * 5)
+    llm = resolve(load_settings(), "extraction")
+    ask(llm)
+    ask(llm)
+    with pytest.raises(LLMError, match="budget spent"):
+        ask(llm)
+    assert len(llm_server.requests) == 2
+    # The token budget too: 18 tokens per answer, budget 20 -> the second call is refused.
+    llm_server.configure("openai:gpt-4o", LLM_BUDGET_CALLS="100", LLM_BUDGET_TOKENS="20")
+    llm = resolve(load_settings(), "extraction")
+    ask(llm)
+    ask(llm)
+    with pytest.raises(LLMError, match="tokens"):
+        ask(llm)
+    assert llm.usage.metadata()["llm/calls"] == 2
+
+
+def test_keys_absent_from_logs_errors_and_metadata(home, llm_server, caplog):
+    llm_server.configure("anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o", LLM_MAX_RETRIES="0")
+    llm_server.script([401, 500])
+    llm = resolve(load_settings(), "patrol")
+    with caplog.at_level(logging.DEBUG), pytest.raises(LLMError) as excinfo:
+        ask(llm)
+    # The keys did reach the server, in the providers' headers...
+    sent = [r.headers.get("x-api-key") or r.headers.get("authorization") for r in llm_server.requests]
+    assert "sk-ant-test-SECRET-anthropic-0000" in sent[0]
+    assert sent[1] == "Bearer sk-test-SECRET-openai-0000"
+    # ...and nowhere else.
+    seen = caplog.text + str(excinfo.value) + repr(llm.usage.metadata()) + repr(llm.usage)
+    assert "SECRET" not in seen
+    assert "llm/errors" in llm.usage.metadata()
+
+
+def test_missing_key_fails_over_without_a_request(home, llm_server, monkeypatch):
+    llm_server.configure("anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o")
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    llm_server.script(["fine"])
+    llm = resolve(load_settings(), "narrative")
+    assert ask(llm, schema=None) == "fine"
+    assert [r.provider for r in llm_server.requests] == ["openai"]
+    assert "ANTHROPIC_API_KEY is not set" in llm.usage.errors[0]
+
+
+def test_token_estimate():
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("abcd" * 100) == 100
+    assert estimate_tokens("記憶" * 10) == 20  # one per non-ASCII character
