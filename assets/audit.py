@@ -4,7 +4,9 @@ import dagster as dg
 
 from mindflow.resources import DuckDBResource
 
-monthly = dg.MonthlyPartitionsDefinition(start_date="2020-01-01", end_offset=1)
+# end_offset=0: the newest partition is the last month that has ended, so the schedule on the
+# 1st (jobs/audit.py) runs for the month that just ended, never for the month just begun.
+monthly = dg.MonthlyPartitionsDefinition(start_date="2020-01-01", end_offset=0)
 
 
 @dg.asset(
@@ -21,7 +23,8 @@ def audit_archive(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> 
     from mindflow.models import utcnow
 
     settings = duckdb.settings()
-    # A partition digests what was older than 90 days when its month ended (or now, if sooner).
+    # A partition digests the whole months that had ended more than 90 days before its own
+    # month ended (mindflow/audit/digest.py: month_cutoff).
     end = context.partition_time_window.end.replace(tzinfo=None)
     with duckdb.connect() as con:
         integrity = audit.verify_critical(settings, con, run_id=context.run_id)

@@ -31,6 +31,10 @@ def ebook_chunks(
             context.log.info(f"[{done + 1}/{total}] indexing {doc_id}")
 
     with duckdb.connect() as con:
+        # Critical files are verified at the start of every run; a change is logged as ALERT.
+        from mindflow import audit
+
+        integrity = audit.verify_critical(settings, con, run_id=context.run_id)
         report = reindex(
             con,
             lancedb.connect(),
@@ -60,6 +64,7 @@ def ebook_chunks(
             "vector_index": report.vector_index,
             "table_version": report.version if report.version is not None else -1,
             "folder": str(folder),
+            **integrity.metadata(),
             "failures": dg.MetadataValue.md(
                 "| document | reason |\n|---|---|\n" + failures if failures else "none"
             ),

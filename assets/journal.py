@@ -24,6 +24,8 @@ def journal(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mat
         for being_id in context.partition_keys:
             report = patrol.step_journal(con, settings, being_id, llm, utcnow(), run_id=context.run_id)
             context.log.info(f"{being_id} {report.step}: {report.counts}")
+            for error in report.errors:  # why an LLM answer was rejected (never a key)
+                context.log.warning(f"{being_id} {report.step}: {error}")
             per_being[being_id] = report.counts
     written = sum(c["diary"] + c["think"] for c in per_being.values())
     rejected = sum(c["rejected"] for c in per_being.values())

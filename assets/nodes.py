@@ -65,6 +65,8 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
     per_being = {}
     llm, llm_meta = resolve_llm(context, duckdb.settings(), "extraction")
     with duckdb.connect() as con:
+        # Critical files are verified at the start of every run (the first asset of extraction and patrol).
+        integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
         for being_id in context.partition_keys:
             if llm is not None:
                 report = extraction.extract(
@@ -108,7 +110,7 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
             "aliases",
         ):
             metadata[key] = total(key)
-    return dg.MaterializeResult(metadata=llm_metadata(llm, {**metadata, **llm_meta}))
+    return dg.MaterializeResult(metadata=llm_metadata(llm, {**metadata, **llm_meta, **integrity.metadata()}))
 
 
 @dg.asset(
@@ -157,6 +159,8 @@ def nodes(
             for step in [*steps, consolidated, split]:
                 if step is not None:
                     context.log.info(f"{being_id} {step.step}: {step.counts}")
+                    for error in step.errors:  # why an LLM answer was rejected (never a key)
+                        context.log.warning(f"{being_id} {step.step}: {error}")
             statuses = dict(
                 con.execute(
                     "SELECT status, count(*) FROM nodes WHERE being_id = ? GROUP BY 1", [being_id]
@@ -181,7 +185,11 @@ def nodes(
                 "merged": consolidated.counts["merged"] if consolidated else 0,
                 "made_dead": consolidated.counts["made_dead"] if consolidated else 0,
                 "new_subclusters": split.counts["new_subclusters"] if split else 0,
-                "rejected_llm_answers": (consolidated.counts["rejected"] + split.counts["rejected"])
+                "rejected_llm_answers": (
+                    steps[2].counts["root_rejected"]
+                    + consolidated.counts["rejected"]
+                    + split.counts["rejected"]
+                )
                 if llm is not None
                 else 0,
             }

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.nodes import llm_metadata, resolve_llm
 from assets.partitions import beings
 from mindflow.resources import DuckDBResource
 
@@ -56,12 +57,13 @@ def integrity_check(report) -> dg.AssetCheckResult:
 )
 def story(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     """A being's first-person STORY.md, narrated up to its LAST_PROCESSED anchor."""
-    from mindflow import audit, llm, narrative
+    from mindflow import audit, narrative
 
     settings = duckdb.settings()
-    model = llm.resolve(settings, "narrative")
+    # A broken model setting is logged and recorded (llm_config_error); the chronicle is still written.
+    model, llm_meta = resolve_llm(context, settings, "narrative")
     if model is None:
-        context.log.info("no narrative model configured (MINDFLOW_LLM): writing a mechanical chronicle")
+        context.log.info("no usable narrative model (MINDFLOW_LLM): writing a mechanical chronicle")
     reports = []
     with duckdb.connect() as con:
         integrity = audit.verify_critical(settings, con, run_id=context.run_id)
@@ -105,7 +107,7 @@ def story(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mater
             ),
             "preview": dg.MetadataValue.md(preview or "(no story)"),
             **integrity.metadata(),
-            **(model.usage.metadata() if model is not None else {}),
+            **llm_metadata(model, llm_meta),
         },
         check_results=[integrity_check(integrity)],
     )
@@ -118,11 +120,10 @@ def story(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mater
 )
 def core_memory(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     """A being's MEMORY.md: Identity, Active Context, Persona, Critical Facts, under 3,000 tokens."""
-    from mindflow import llm
     from mindflow.core_memory import MAX_TOKENS, build_core_memory
 
     settings = duckdb.settings()
-    model = llm.resolve(settings, "narrative")
+    model, llm_meta = resolve_llm(context, settings, "narrative")
     reports = []
     with duckdb.connect() as con:
         for being_id in context.partition_keys:
@@ -158,6 +159,6 @@ def core_memory(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
                 )
             ),
             "preview": dg.MetadataValue.md(preview or "(none)"),
-            **(model.usage.metadata() if model is not None else {}),
+            **llm_metadata(model, llm_meta),
         },
     )

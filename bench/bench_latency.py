@@ -10,7 +10,7 @@ year. One being holds 10,000 and then 100,000 memories; 10 other beings hold
 new query, so the server embeds each one (its query-vector cache never hits).
 
 Settings: 10,000 memories with the indexes `memories.publish` builds (full-text,
-scalar, and IVF_HNSW_SQ once the table holds 50,000 rows), 100,000 after the new
+scalar, and IVF_FLAT once the table holds 50,000 rows), 100,000 after the new
 rows were folded into those indexes by optimize() as publish does, and 100,000
 with the vector index retrained on every row. Prints p50/p95/p99 per setting
 (single client, 8 concurrent clients), the in-process baseline (recall() alone,
@@ -290,7 +290,7 @@ def main() -> int:
     home = Path(tempfile.mkdtemp(prefix="mindflow-latency-"))
     os.environ["MINDFLOW_HOME"] = str(home)
     import lancedb
-    from lancedb.index import IvfHnswSq
+    from lancedb.index import IvfFlat
 
     from mindflow.embeddings import Embedder
     from mindflow.memories import TABLE, ensure_indexes
@@ -334,7 +334,7 @@ def main() -> int:
     t0 = time.perf_counter()
     partitions = max(1, int(np.sqrt(table.count_rows()) / 6))
     table.create_index(
-        "vector", config=IvfHnswSq(distance_type="cosine", num_partitions=partitions), replace=True
+        "vector", config=IvfFlat(distance_type="cosine", num_partitions=partitions), replace=True
     )
     retrained = measure(
         home,

@@ -128,7 +128,9 @@ def demo(
                     typer.echo(f"landed {being_dir.name}/{path.name}: {report.episodes} episodes")
         from mindflow.narrative import place_personas, workspace_summary
 
-        for placed in place_personas(settings, samples / "workspace"):
+        with store.connect(settings.duckdb_path) as con:  # the CREATE rows reach audit_log too
+            placed_files = place_personas(settings, samples / "workspace", con=con)
+        for placed in placed_files:
             typer.echo(f"placed {placed} in {settings.workspace}")
         for job in ("ingest", "patrol", "decay", "narrative"):
             for s in run_job(settings, job):
@@ -243,30 +245,47 @@ app.add_typer(ebooks_app, name="ebooks")
 def ebooks_reindex(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
-    """Index new and changed documents of the ebook folder, drop removed ones (unchanged ones skipped)."""
+    """Index new and changed documents of the ebook folder, drop removed ones (unchanged ones skipped).
+
+    On a terminal a progress bar on stderr; when stderr is a file or pipe, one line per document.
+    """
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mindflow import rag
 
     settings = load_settings()
+    console = Console(stderr=True)  # its own console: the terminal check is made for this run
+    lines = progress and not console.is_interactive
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        console=console,
         transient=True,
-        disable=not progress,
+        disable=not progress or lines,
     )
     task = bar.add_task("scanning", total=None)
     current = {"doc": ""}
 
     def advance(done: int, total: int, doc_id: str) -> None:
         current["doc"] = doc_id
-        bar.update(task, completed=done, total=total, description=doc_id or "optimizing the index")
+        if lines:
+            if doc_id:
+                typer.echo(f"[{done + 1}/{total}] indexing {doc_id}", err=True)
+            return
+        # Redrawn at once: a document can take seconds or minutes, the bar names the current one.
+        bar.update(
+            task, completed=done, total=total, description=doc_id or "optimizing the index", refresh=True
+        )
 
     def embedding(done: int, total: int) -> None:
         # A long book takes minutes to embed: show its chunks too.
-        bar.update(task, description=f"{current['doc']}: embedded {done}/{total} chunks")
+        if lines:
+            typer.echo(f"  {current['doc']}: embedded {done}/{total} chunks", err=True)
+        else:
+            bar.update(task, description=f"{current['doc']}: embedded {done}/{total} chunks", refresh=True)
 
     from mindflow.embeddings import Embedder
 

@@ -105,9 +105,9 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(default=120.0, description="Per-request timeout.")
     llm_max_retries: int = Field(default=2, description="Retries per model on 429, 5xx and timeouts.")
     llm_retry_backoff_s: float = Field(default=1.0, description="First retry wait; doubles each retry.")
-    llm_budget_calls: int = Field(default=500, description="Most requests one run may send per purpose.")
+    llm_budget_calls: int = Field(default=500, description="Most requests one asset may send per run.")
     llm_budget_tokens: int = Field(
-        default=2_000_000, description="Most input+output tokens one run may spend per purpose."
+        default=2_000_000, description="Most input+output tokens one asset may spend per run."
     )
     llm_context_tokens: int | None = Field(
         default=None,

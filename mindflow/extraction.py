@@ -173,8 +173,8 @@ def extract(
             _store_parse_failed(con, being_id, batch, llm, now)
             report.parse_failed += 1
             continue
-        _apply(con, being_id, batch, answer, llm.model, now, report)
-        known = sorted(set(known) | {e.name for e in answer.entities})[:KNOWN_ENTITIES]
+        canonical = _apply(con, being_id, batch, answer, llm.model, now, report)
+        known = sorted(set(known) | canonical)[:KNOWN_ENTITIES]
         if progress:
             progress(index + 1, len(batches))
     report.repaired = _drop_repaired_notes(con, being_id)
@@ -231,8 +231,11 @@ def _apply(
     model: str,
     now: datetime,
     report: ExtractionReport,
-) -> None:
-    """Write one validated answer in one transaction, a few set-based statements per table."""
+) -> set[str]:
+    """Write one validated answer in one transaction, a few set-based statements per table.
+
+    Returns the canonical names of the answer's entities (aliases resolved).
+    """
     ts_of = {e.episode_id: e.ts for e in batch}
     scenes = {}
     for scene in answer.scenes:
@@ -274,11 +277,12 @@ def _apply(
                 [being_id, model, now],
             ).fetchall()
         report.scenes += len(inserted)
-        _apply_graph(con, being_id, answer, ts_of, now, report)
+        canonical = _apply_graph(con, being_id, answer, ts_of, now, report)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    return canonical
 
 
 def _resolve(aliases: dict[str, str], name: str) -> str:
@@ -291,7 +295,7 @@ def _resolve(aliases: dict[str, str], name: str) -> str:
     return name
 
 
-def _apply_graph(con, being_id, answer, ts_of, now, report) -> None:
+def _apply_graph(con, being_id, answer, ts_of, now, report) -> set[str]:
     """Entities, facts (with supersession), relations and co-occurrences of one answer.
 
     The answer is resolved against the stored graph in memory, then written with one
@@ -301,20 +305,6 @@ def _apply_graph(con, being_id, answer, ts_of, now, report) -> None:
     aliases = {key_of(a): e for a, e in con.execute(
         "SELECT alias, entity FROM aliases WHERE being_id = ?", [being_id]
     ).fetchall()}  # fmt: skip
-    new_aliases: list[tuple[str, str]] = []
-    for entity in answer.entities:
-        canonical = _resolve(aliases, entity.name)
-        report.entities += 1
-        for alias in entity.aliases:
-            alias = " ".join(alias.split())
-            if not alias or key_of(alias) == key_of(canonical) or key_of(alias) in aliases:
-                continue
-            aliases[key_of(alias)] = canonical
-            new_aliases.append((alias, canonical))
-
-    def sources(ids: list[str]) -> list[str]:
-        return [i for i in dict.fromkeys(ids) if i in ts_of]
-
     # The graph as stored, for the entities and keys this answer touches.
     spelling: dict[str, str] = {}
     for (name,) in con.execute(
@@ -322,6 +312,30 @@ def _apply_graph(con, being_id, answer, ts_of, now, report) -> None:
         [being_id],
     ).fetchall():
         spelling[key_of(name)] = name  # the oldest spelling wins (written last)
+    # Entities the graph already knows by name: those with facts, and alias targets.
+    established = set(spelling) | {key_of(e) for e in aliases.values()}
+    new_aliases: list[tuple[str, str]] = []
+    canonical_names: set[str] = set()
+    for entity in answer.entities:
+        names = [" ".join(n.split()) for n in (entity.name, *entity.aliases)]
+        resolved = [_resolve(aliases, n) for n in names]
+        # The model may call the new spelling canonical and list the stored entity as its
+        # alias: the stored entity stays canonical, so its facts stay under one name and a
+        # contradicting fact supersedes the old one.
+        canonical = next((r for r in resolved if key_of(r) in established), resolved[0])
+        canonical = spelling.get(key_of(canonical), canonical)
+        established.add(key_of(canonical))
+        canonical_names.add(canonical)
+        report.entities += 1
+        for name in names:
+            if key_of(name) == key_of(canonical) or key_of(name) in aliases:
+                continue
+            aliases[key_of(name)] = canonical
+            new_aliases.append((name, canonical))
+
+    def sources(ids: list[str]) -> list[str]:
+        return [i for i in dict.fromkeys(ids) if i in ts_of]
+
     keys = sorted({" ".join(f.key.split()).lower() for f in answer.facts})
     current: dict[tuple[str, str], list[list]] = {}
     for fact_id, entity, key, value in con.execute(
@@ -387,6 +401,7 @@ def _apply_graph(con, being_id, answer, ts_of, now, report) -> None:
     report.co_occurrences += len(pairs)
 
     _write_graph(con, being_id, now, new_aliases, rows, closed, history, relations, pairs, report)
+    return canonical_names
 
 
 def _add_relation(relations, being_id, subject, predicate, obj, src, valid_at) -> None:

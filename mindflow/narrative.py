@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -34,6 +34,15 @@ MIXED_NOTE = (
     "> The chapters before {when} are a mechanical chronicle, written without a language model;\n"
     "> the narrative model wrote the chapters from {when} on."
 )
+MIXED_TAIL = "> the narrative model wrote the chapters from"
+# Where the writer changes within one story, a marker and a note say so before the new chapters.
+MODEL_FROM_MARK = "<!-- mindflow: narrative model from here -->"
+MODEL_FROM_NOTE = "> From here on, the narrative model writes the chapters."
+MECHANICAL_FROM_MARK = "<!-- mindflow: mechanical chronicle from here -->"
+MECHANICAL_FROM_NOTE = (
+    "> From here on, a mechanical chronicle: written without a language model, from each day's\n"
+    "> most important memories (no narrative model was usable for these chapters)."
+)
 SUMMARY_TITLE = "Earlier chapters, condensed"
 LEGACY_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}\.md$")
 # Agent plumbing that is not part of anyone's story.
@@ -43,8 +52,11 @@ TECHNICAL_TEXT = re.compile(
     re.IGNORECASE,
 )
 TECHNICAL_TAGS = frozenset({"heartbeat", "probe", "technical", "tool"})
-# Room left in a batch's prompt for the instructions, the identity and the answer.
-PROMPT_RESERVE_TOKENS = 6_000
+# The longest answer asked of the model (new chapters, a condensed summary); a small context
+# window gets a quarter of itself instead.
+ANSWER_TOKENS = 4_096
+# The smallest batch worth a call: below it, older chapters are condensed first.
+MIN_BATCH_TOKENS = 500
 
 
 def estimate_tokens(text: str) -> int:
@@ -228,16 +240,30 @@ def pending_tokens(
     return sum(estimate_tokens(i.line()) for i in items), len(items), story.anchor
 
 
+def truncate_item(item: Item, limit: int, count: Callable[[str], int] = estimate_tokens) -> Item:
+    """The item with its text cut (marked `…[truncated]`) so that its line costs at most `limit` tokens."""
+    if count(item.line()) + 1 <= limit:
+        return item
+    text = " ".join(item.text.split())
+    while len(text) > 40:
+        text = text[: int(len(text) * 0.8)].rstrip()
+        cut = replace(item, text=text + " …[truncated]")
+        if count(cut.line()) + 1 <= limit:
+            return cut
+    return replace(item, text=text + " …[truncated]")
+
+
 def batches(items: list[Item], limit: int, count: Callable[[str], int] = estimate_tokens) -> list[list[Item]]:
     """Consecutive batches under `limit` tokens; items sharing a timestamp never straddle two.
 
     The anchor is the last timestamp of a batch, so splitting equal timestamps would lose
-    the later ones. A single item over the limit is truncated in its own batch.
+    the later ones. A single item over the limit is truncated (`…[truncated]`) to fit.
     """
     out: list[list[Item]] = []
     current: list[Item] = []
     used = 0
     for item in items:
+        item = truncate_item(item, limit, count)
         cost = count(item.line()) + 1
         if current and used + cost > limit and item.ts != current[-1].ts:
             out.append(current)
@@ -269,16 +295,41 @@ def _strip_identity(text: str, soul: str) -> str:
     return "\n".join(kept).strip()
 
 
+def _written_mechanically(body: str) -> bool:
+    """Whether the story's newest chapters are a mechanical chronicle (its last writer marker)."""
+    marks = {MECHANICAL_MARK: True, MECHANICAL_FROM_MARK: True, MODEL_FROM_MARK: False}
+    last = max(((body.rfind(m), v) for m, v in marks.items() if m in body), default=(-1, False))
+    if last[0] == body.find(MECHANICAL_MARK) and MIXED_TAIL in body:
+        return False  # the top note already says a model took over
+    return last[1]
+
+
+def story_kind(body: str) -> str:
+    """'mechanical chronicle', 'narrative', or 'narrative and mechanical chronicle' for a mixed story."""
+    mechanical = MECHANICAL_MARK in body or MECHANICAL_FROM_MARK in body
+    model = MECHANICAL_MARK not in body or MODEL_FROM_MARK in body or MIXED_TAIL in body
+    if mechanical and model:
+        return "narrative and mechanical chronicle"
+    return "mechanical chronicle" if mechanical else "narrative"
+
+
 def _with_chapters(story: Story, being_id: str, chapters: list[str], mechanical: bool) -> str:
     body = story.body.strip()
     if not body:
         body = f"# The story of {being_id}"
         if mechanical:
             body += f"\n\n{MECHANICAL_MARK}\n{MECHANICAL_NOTE}"
-    elif not mechanical and MECHANICAL_NOTE in body:
-        # A model now writes on: say which chapters the mechanical chronicle wrote.
-        first = CHAPTER.search("\n".join(chapters))
-        body = body.replace(MECHANICAL_NOTE, MIXED_NOTE.format(when=first.group(1) if first else "now"))
+    elif mechanical and not _written_mechanically(body):
+        # Model-written chapters, then a run without a usable model: mark where the chronicle starts.
+        body += f"\n\n{MECHANICAL_FROM_MARK}\n{MECHANICAL_FROM_NOTE}"
+    elif not mechanical and _written_mechanically(body):
+        if MECHANICAL_NOTE in body:
+            # A model now writes on: the top note says which chapters the mechanical chronicle wrote.
+            first = CHAPTER.search("\n".join(chapters))
+            body = body.replace(MECHANICAL_NOTE, MIXED_NOTE.format(when=first.group(1) if first else "now"))
+            body += f"\n\n{MODEL_FROM_MARK}"
+        else:
+            body += f"\n\n{MODEL_FROM_MARK}\n{MODEL_FROM_NOTE}"
     return body + "\n\n" + "\n".join(chapters)
 
 
@@ -504,40 +555,120 @@ def mechanical_chapter(items: list[Item], top: int = 6) -> tuple[str, str]:
     return render_chapter(f"{items[0].ts:%Y-%m-%d %H:%M}", title or lead.kind, "\n".join(lines)), title
 
 
+def _prompt_tokens(llm, prompt) -> int:
+    """Tokens of a prompt as sent: the system text with its schema, then each message."""
+    return llm.count_tokens(prompt.full_system()) + sum(
+        llm.count_tokens(m["content"]) + 4 for m in prompt.messages
+    )
+
+
 def _with_llm(con, settings, being_id, story, items, report, llm, run_id, trigger, log) -> None:
+    """Narrate `items` batch by batch; each prompt, answer included, fits the model's context.
+
+    The room for episodes is recomputed before every batch from the story as it is then.
+    When the story leaves no room for even a small batch, its older chapters are condensed
+    first (by the model, else mechanically), and that condensed story is what the batch
+    writes; if the newest chapters alone still do not fit, the prompt shows only as many
+    of them as fit (the file keeps them all).
+    """
     from mindflow.llm import LLMError
     from mindflow.prompts import narrative_bootstrap, narrative_incremental, narrative_summarise
 
     soul = read_soul(settings, being_id)
-    limit = min(settings.narrative_batch_tokens, llm.context_tokens())
-    fixed = llm.count_tokens(soul) + llm.count_tokens(story.body) + PROMPT_RESERVE_TOKENS
-    budget = max(1_000, limit - fixed)
-    planned = batches(items, budget, llm.count_tokens)
-    log(f"{being_id}: {len(items)} episodes to narrate in {len(planned)} batches of <= {budget} tokens")
+    context = llm.context_tokens()
+    limit = min(settings.narrative_batch_tokens, context)
+    answer_tokens = min(ANSWER_TOKENS, max(256, context // 4))
+
+    def build(body: str, lines: str):
+        if not body:
+            return narrative_bootstrap.build(being_id, soul, lines, max_tokens=answer_tokens)
+        return narrative_incremental.build(being_id, soul, body, lines, max_tokens=answer_tokens)
+
+    def room(body: str) -> int:
+        """Tokens left for the episodes of a batch once instructions, identity, story and answer fit."""
+        return limit - answer_tokens - _prompt_tokens(llm, build(body, ""))
 
     def summarise(chapters_md: str, target: int) -> tuple[str, str]:
-        answer = llm.complete(narrative_summarise.build(being_id, chapters_md, target_words=target))
+        prompt = narrative_summarise.build(
+            being_id, chapters_md, target_words=target, max_tokens=answer_tokens
+        )
+        if _prompt_tokens(llm, prompt) + answer_tokens > context:
+            raise MindflowError("the chapters to condense do not fit the model's context")
+        answer = llm.complete(prompt)
         return answer.title, _strip_identity(answer.text, soul)
 
-    for n, batch in enumerate(planned, 1):
+    def fit(body: str, need: int) -> tuple[str, int]:
+        """Condense older chapters until a batch of `need` tokens fits; (body, chapters condensed)."""
+        condensed = 0
+        for _ in range(8):
+            if room(body) >= need:
+                break
+            body, n = _condense_once(body, max(100, int(word_count(body) * 0.6)), summarise)
+            if not n:
+                break
+            condensed += n
+        return body, condensed
+
+    def excerpt(body: str, need: int) -> str:
+        """The newest chapters that fit the prompt, for context only."""
+        _, blocks = _split_chapters(body)
+        shown: list[str] = []
+        for block in reversed(blocks):
+            candidate = "(earlier chapters omitted)\n\n" + "\n".join([block, *shown])
+            if room(candidate) < need:
+                break
+            shown.insert(0, block)
+        return (
+            "(earlier chapters omitted)\n\n" + "\n".join(shown)
+            if shown
+            else "(the story so far is too long to show)"
+        )
+
+    remaining = list(items)
+    estimate = max(1, room(story.body))
+    log(
+        f"{being_id}: {len(items)} episodes to narrate, about "
+        f"{-(-sum(llm.count_tokens(i.line()) + 1 for i in items) // estimate)} batches "
+        f"(context {context} tokens)"
+    )
+    n = 0
+    while remaining:
+        n += 1
         report.batches += 1
+        # Room for a useful batch (or for all that is left, if less), else condense first.
+        need = min(MIN_BATCH_TOKENS, sum(llm.count_tokens(i.line()) + 1 for i in remaining))
+        body, condensed = (story.body, 0)
+        if body and room(body) < need:
+            body, condensed = fit(body, need)
+            if condensed:
+                log(f"{being_id}: condensed {condensed} older chapters to fit the model's context")
+        shown = body if not body or room(body) >= need else excerpt(body, need)
+        budget = room(shown)
+        if budget < min(need, 50):
+            msg = (
+                f"batch {n}: the instructions and SOUL.md leave no room for episodes in a "
+                f"{context}-token context (MINDFLOW_LLM_CONTEXT_TOKENS); use a larger model"
+            )
+            report.failed_batches += 1
+            report.errors.append(msg)
+            log(f"{being_id}: {msg}; STORY.md and its anchor unchanged")
+            break
+        batch = batches(remaining, budget, llm.count_tokens)[0]
         lines = "\n".join(i.line() for i in batch)
-        if not story.body:
-            prompt = narrative_bootstrap.build(being_id, soul, lines)
-        else:
-            prompt = narrative_incremental.build(being_id, soul, story.body, lines)
         try:
-            answer = llm.complete(prompt)
+            answer = llm.complete(build(shown, lines))
             chapters = _valid_chapters(answer, soul, batch)
         except (LLMError, MindflowError, ValueError, AttributeError, TypeError) as exc:
             report.failed_batches += 1
             report.errors.append(f"batch {n}: {exc}"[:300])
-            log(f"{being_id}: batch {n}/{len(planned)} failed, STORY.md and its anchor unchanged: {exc}")
+            log(f"{being_id}: batch {n} failed, STORY.md and its anchor unchanged: {exc}")
             break
-        body = _with_chapters(story, being_id, [render_chapter(*c) for c in chapters], mechanical=False)
-        body, condensed = condense(body, settings.narrative_max_words, summarise)
-        report.summarised += condensed
-        new = Story(body, batch[-1].ts)
+        current = Story(body, story.anchor)
+        new_body = _with_chapters(current, being_id, [render_chapter(*c) for c in chapters], mechanical=False)
+        new_body, more = condense(new_body, settings.narrative_max_words, summarise)
+        report.summarised += condensed + more
+        new = Story(new_body, batch[-1].ts)
+        left = len(remaining) - len(batch)
         _write(
             settings,
             being_id,
@@ -546,14 +677,15 @@ def _with_llm(con, settings, being_id, story, items, report, llm, run_id, trigge
             run_id=run_id,
             trigger=trigger,
             con=con,
-            summary=f"{len(chapters)} chapters from {len(batch)} episodes (batch {n}/{len(planned)})",
+            summary=f"{len(chapters)} chapters from {len(batch)} episodes (batch {n}, {left} episodes left)",
         )
         story = new
+        remaining = remaining[len(batch) :]
         report.items += len(batch)
         report.chapters_added += len(chapters)
         report.titles.extend(c[1] for c in chapters)
         report.anchor_after = new.anchor
-        log(f"{being_id}: batch {n}/{len(planned)} narrated {len(batch)} episodes, anchor {_iso(new.anchor)}")
+        log(f"{being_id}: batch {n} narrated {len(batch)} episodes, anchor {_iso(new.anchor)}, {left} left")
 
 
 def _valid_chapters(answer, soul: str, batch: list[Item]) -> list[tuple[str, str, str]]:
@@ -583,8 +715,13 @@ def _valid_chapters(answer, soul: str, batch: list[Item]) -> list[tuple[str, str
 # ---- the demo -------------------------------------------------------------------------------
 
 
-def place_personas(settings: Settings, samples: Path) -> list[str]:
-    """Copy `<samples>/<being>/SOUL.md` into the workspace through the audit layer; never overwrite."""
+def place_personas(
+    settings: Settings, samples: Path, con: duckdb.DuckDBPyConnection | None = None
+) -> list[str]:
+    """Copy `<samples>/<being>/SOUL.md` into the workspace through the audit layer; never overwrite.
+
+    With `con`, the CREATE rows also go to the DuckDB audit_log table (as well as audit.log and git).
+    """
     placed = []
     if not samples.is_dir():
         return placed
@@ -601,6 +738,7 @@ def place_personas(settings: Settings, samples: Path) -> list[str]:
             actor="demo",
             trigger="mindflow demo",
             run_id=None,
+            con=con,
         )
         placed.append(rel)
     return placed
@@ -620,7 +758,7 @@ def workspace_summary(settings: Settings) -> str:
             continue
         story = parse_story(path.read_text())
         chapters = story.chapters
-        kind = "mechanical chronicle" if MECHANICAL_MARK in story.body else "narrative"
+        kind = story_kind(story.body)
         lines.append(
             f"{path} ({kind}): {len(chapters)} chapters, {word_count(story.body)} words, "
             f"LAST_PROCESSED {_iso(story.anchor)}"

@@ -50,6 +50,8 @@ class StepReport:
 
     step: str
     counts: dict[str, int] = field(default_factory=dict)
+    # Why the model's answers were rejected: short reasons for the run's log, never keys.
+    errors: list[str] = field(default_factory=list)
 
 
 def _hash_id(prefix: str, *parts: str) -> str:
@@ -165,18 +167,20 @@ def step_nodes(
     ).fetchall()
     if not scenes:
         empty = {"new": 0, "to_subcluster": 0, "to_root": 0}
-        return StepReport("❶ nodes", empty if llm is None else empty | {"root_by_llm": 0})
+        return StepReport("❶ nodes", empty if llm is None else empty | {"root_by_llm": 0, "root_rejected": 0})
 
     texts = [node_text(row[4], row[2], row[8]) for row in scenes]
     vectors = _unit(embedder.encode_cached(con, texts))
 
     cluster_ids, reasons = assign_clusters(con, being_id, vectors, embedder, params)
     by_llm = 0
+    errors: list[str] = []
     if llm is not None:
         at_root = [i for i, reason in enumerate(reasons) if reason == "root"]
         chosen = classify_roots(
-            con, being_id, ["n-" + scenes[i][0][2:] for i in at_root], [texts[i] for i in at_root], llm
-        )
+            con, being_id, ["n-" + scenes[i][0][2:] for i in at_root], [texts[i] for i in at_root], llm,
+            errors=errors,
+        )  # fmt: skip
         for i in at_root:
             if "n-" + scenes[i][0][2:] in chosen:
                 cluster_ids[i] = chosen["n-" + scenes[i][0][2:]]
@@ -233,7 +237,8 @@ def step_nodes(
             "to_subcluster": reasons.count("subcluster"),
             "to_root": reasons.count("root"),
         }
-        | ({"root_by_llm": by_llm} if llm is not None else {}),
+        | ({"root_by_llm": by_llm, "root_rejected": len(errors)} if llm is not None else {}),
+        errors,
     )
 
 
@@ -444,7 +449,7 @@ def run_patrol(
         from mindflow import extraction
 
         extracted = extraction.extract(con, being_id, extraction_llm, now)
-        reports.append(StepReport("❶ scenes (LLM)", extracted.counts()))
+        reports.append(StepReport("❶ scenes (LLM)", extracted.counts(), extracted.errors))
     else:
         reports.append(step_scenes(con, being_id, now))
     reports += [
@@ -489,9 +494,17 @@ def _node_texts(con: duckdb.DuckDBPyConnection, node_ids: list[str]) -> dict[str
 
 
 def classify_roots(
-    con: duckdb.DuckDBPyConnection, being_id: str, node_ids: list[str], texts: list[str], llm
+    con: duckdb.DuckDBPyConnection,
+    being_id: str,
+    node_ids: list[str],
+    texts: list[str],
+    llm,
+    errors: list[str] | None = None,
 ) -> dict[str, str]:
-    """{node_id: root cluster id} as the model labels them; nodes it did not label are absent."""
+    """{node_id: root cluster id} as the model labels them; nodes it did not label are absent.
+
+    Each rejected answer (one per batch of nodes) adds its reason to `errors`.
+    """
     from mindflow.llm import LLMError
     from mindflow.prompts import root as prompt
 
@@ -510,11 +523,18 @@ def classify_roots(
         request = prompt.build([(i, _short(t)) for i, t in chunk])
         try:
             answer = llm.complete(_with_check(request, check))
-        except LLMError:
+        except LLMError as exc:
+            if errors is not None:
+                errors.append(_reason(exc))
             continue  # the prototype choice stands
         for label in answer.labels:
             chosen[label.node_id] = root_cluster_id(being_id, label.root)
     return chosen
+
+
+def _reason(exc: Exception) -> str:
+    """An LLMError's message, short; it names models and the failure, never a key."""
+    return _short(str(exc), 300)
 
 
 def _with_check(request, check):
@@ -534,6 +554,7 @@ def step_consolidate(con: duckdb.DuckDBPyConnection, being_id: str, llm, now: da
     from mindflow.prompts import consolidate as prompt
 
     counts = {"clusters": 0, "merged": 0, "made_dead": 0, "unfreshened": 0, "rejected": 0}
+    errors: list[str] = []
     clusters = con.execute(
         "SELECT c.cluster_id, c.label FROM clusters c WHERE c.being_id = ? AND EXISTS ("
         "SELECT 1 FROM nodes n WHERE n.cluster_id = c.cluster_id "
@@ -574,13 +595,14 @@ def step_consolidate(con: duckdb.DuckDBPyConnection, being_id: str, llm, now: da
 
             try:
                 answer = llm.complete(_with_check(prompt.build(label, shown), check))
-            except LLMError:
+            except LLMError as exc:
                 counts["rejected"] += 1
+                errors.append(_reason(exc))
                 continue
             _apply_consolidation(con, being_id, answer, [r[0] for r in chunk], now, counts)
     if counts["merged"] or counts["made_dead"]:
         recompute_cluster_vectors(con, being_id, now)
-    return StepReport("❹ consolidation", counts)
+    return StepReport("❹ consolidation", counts, errors)
 
 
 def _neighbours(con, cluster_id: str, chunk: list, limit: int) -> list:
@@ -677,6 +699,7 @@ def step_split(
     from mindflow.prompts import split as prompt
 
     counts = {"clusters": 0, "new_subclusters": 0, "moved": 0, "rejected": 0}
+    errors: list[str] = []
     big = con.execute(
         "SELECT c.cluster_id, c.label, c.parent_id FROM clusters c "
         "JOIN nodes n ON n.cluster_id = c.cluster_id "
@@ -709,8 +732,9 @@ def step_split(
         counts["clusters"] += 1
         try:
             answer = llm.complete(_with_check(prompt.build(label, [(i, texts[i]) for i in active]), check))
-        except LLMError:
+        except LLMError as exc:
             counts["rejected"] += 1
+            errors.append(_reason(exc))
             continue
         new_parent = cluster_id if parent_id is None else parent_id
         con.execute("BEGIN TRANSACTION")
@@ -735,7 +759,7 @@ def step_split(
             raise
     if counts["new_subclusters"]:
         recompute_cluster_vectors(con, being_id, now)
-    return StepReport("❻ split", counts)
+    return StepReport("❻ split", counts, errors)
 
 
 def step_journal(
@@ -752,6 +776,7 @@ def step_journal(
     from mindflow.prompts import diary, think
 
     counts = {"diary": 0, "think": 0, "rejected": 0}
+    errors: list[str] = []
     day = now.strftime("%Y-%m-%d")
     recent = con.execute(
         "SELECT scene.\"when\", scene.action, feeling FROM nodes WHERE being_id = ? AND status = 'active' "
@@ -766,8 +791,9 @@ def step_journal(
             counts["diary"] += write_workspace_file(
                 settings, f"{being_id}/diary/{day}.md", text, "diary", run_id, con
             )
-        except LLMError:
+        except LLMError as exc:
             counts["rejected"] += 1
+            errors.append(_reason(exc))
     labels = [
         r[0]
         for r in con.execute(
@@ -790,9 +816,10 @@ def step_journal(
             counts["think"] += write_workspace_file(
                 settings, f"{being_id}/think.md", text, "think_md", run_id, con
             )
-        except LLMError:
+        except LLMError as exc:
             counts["rejected"] += 1
-    return StepReport("diary/think_md", counts)
+            errors.append(_reason(exc))
+    return StepReport("diary/think_md", counts, errors)
 
 
 def write_workspace_file(settings, relpath: str, text: str, what: str, run_id, con) -> bool:

@@ -220,6 +220,13 @@ def test_tampered_soul_is_detected_alerted_once_and_surfaced(settings, con):
     alerts = audit.query(settings, action="ALERT")
     assert [(r.target, r.run_id) for r in alerts] == [("ada/SOUL.md", "r2")]
     assert con.execute("SELECT target FROM audit_log WHERE action = 'ALERT'").fetchall() == [("ada/SOUL.md",)]
+    # The ALERT line is committed at once, without the changed file (HEAD keeps the approved persona).
+    head = repo(settings).head.commit
+    assert head.message.startswith("[ALERT] ada/SOUL.md — critical file changed outside mindflow")
+    assert "Run: r2" in head.message and "Approval: none" in head.message
+    assert not repo(settings).is_dirty(path="meta/audit.log")
+    assert "| ALERT | ada/SOUL.md |" in (head.tree / "meta/audit.log").data_stream.read().decode()
+    assert (head.tree / "ada/SOUL.md").data_stream.read() == b"I am ada.\n"
 
     # Still reported by the next run, but logged once per distinct content.
     again = audit.verify_critical(settings, con, run_id="r3")
@@ -289,6 +296,34 @@ def test_rollback_by_commit_and_by_date(settings, con):
         audit.rollback(settings, "ada/NOPE.md", "HEAD")
 
 
+def test_rollback_by_date_restores_the_older_version_of_that_day(settings, con, monkeypatch):
+    """Versions committed on Sep 1, 10 and 20: a date restores the last version committed by then."""
+    days = [datetime(2026, 9, 1, 12, 0), datetime(2026, 9, 10, 12, 0), datetime(2026, 9, 20, 12, 0)]
+    for n, day in enumerate(days):
+        stamp = f"@{int((day - datetime(1970, 1, 1)).total_seconds())} +0000"
+        monkeypatch.setenv("GIT_AUTHOR_DATE", stamp)
+        monkeypatch.setenv("GIT_COMMITTER_DATE", stamp)
+        audit.write_file(
+            settings, "ada/STORY.md", f"version {n}\n", action="EDIT", summary=f"v{n}",
+            actor="narrative", trigger="t", run_id=f"r{n}", con=con,
+        )  # fmt: skip
+    monkeypatch.delenv("GIT_AUTHOR_DATE")
+    monkeypatch.delenv("GIT_COMMITTER_DATE")
+    path = settings.workspace / "ada/STORY.md"
+    assert [d for _, d, _ in audit.file_history(settings, "ada/STORY.md")] == days[::-1]
+
+    sha, changed = audit.rollback(settings, "ada/STORY.md", "2026-09-15", con=con)
+    assert changed and path.read_text() == "version 1\n"
+    assert sha == audit.file_history(settings, "ada/STORY.md")[2][0]  # the Sep 10 commit
+    # A time on the day of a commit, before it: the version before.
+    _, changed = audit.rollback(settings, "ada/STORY.md", "2026-09-10T11:00", con=con)
+    assert changed and path.read_text() == "version 0\n"
+    _, changed = audit.rollback(settings, "ada/STORY.md", "2026-09-20", con=con)
+    assert changed and path.read_text() == "version 2\n"
+    reverts = audit.query(settings, action="REVERT")
+    assert len(reverts) == 3 and all(r.target == "ada/STORY.md" for r in reverts)
+
+
 def test_digest_and_pruning_of_a_fabricated_120_day_log(settings, con):
     now = datetime(2026, 11, 1, 4, 0)
     rows = []
@@ -307,13 +342,14 @@ def test_digest_and_pruning_of_a_fabricated_120_day_log(settings, con):
                 )
             )
     audit.log_table_mutations(con, rows, settings)
-    cutoff = now - timedelta(days=90)
+    # Whole months only: 90 days before Nov 1 is Aug 3, so July (ended Aug 1) is digested, August is not.
+    cutoff = datetime(2026, 8, 1)
     old = [r for r in rows if r.ts < cutoff]
     recent = [r for r in rows if r.ts >= cutoff]
-    assert len(old) == 31 + 4 + 2 and con.execute("SELECT count(*) FROM audit_log").fetchone()[0] == len(rows)
+    assert len(old) == 28 + 3 + 2 and con.execute("SELECT count(*) FROM audit_log").fetchone()[0] == len(rows)
 
     report = run_digest(settings, con, now=now, run_id="digest-1")
-    assert report.entries == len(old) and report.months == ["2026-07", "2026-08"]
+    assert report.entries == len(old) and report.months == ["2026-07"] and report.cutoff == cutoff
     assert report.table_rows == len(old)
     left = audit.read_log(settings)
     assert min(r.ts for r in left) >= cutoff
@@ -322,8 +358,8 @@ def test_digest_and_pruning_of_a_fabricated_120_day_log(settings, con):
     assert con.execute("SELECT count(*) FROM audit_log WHERE ts < ?", [cutoff]).fetchone()[0] == 0
 
     archive = (settings.workspace / ARCHIVE).read_text()
-    assert "## 2026-07" in archive and "## 2026-08" in archive
-    july = archive.split("## 2026-07")[1].split("## 2026-08")[0]
+    assert "## 2026-07" in archive and "## 2026-08" not in archive
+    july = archive.split("## 2026-07")[1]
     july_rows = [r for r in old if r.ts.month == 7]
     assert f"{len(july_rows)} entries" in july
     assert f"| APPEND | {sum(r.action == 'APPEND' for r in july_rows)} |" in july
@@ -338,6 +374,55 @@ def test_digest_and_pruning_of_a_fabricated_120_day_log(settings, con):
     assert "chapter of day 0 (run n0)" in previous
     again = run_digest(settings, con, now=now)
     assert again.entries == 0 and (settings.workspace / ARCHIVE).read_text() == archive
+
+
+def archive_sections(settings) -> dict[str, str]:
+    text = (settings.workspace / ARCHIVE).read_text()
+    parts = re.split(r"(?m)^## (\d{4}-\d{2})$", text)
+    months = parts[1::2]
+    assert len(months) == len(set(months)), f"a month has several sections: {months}"
+    return dict(zip(months, parts[2::2], strict=True))
+
+
+def test_digest_run_twice_across_the_cut_keeps_one_section_per_month(settings, con):
+    """Two monthly runs over a log spanning the 90-day edge: no month is split across sections."""
+    # One APPEND a day from Jun 1 to Nov 30, plus back-dated entries found later for June.
+    start = datetime(2026, 6, 1, 12, 0)
+    rows = [
+        AuditRow("APPEND", "ada/STORY.md", "narrative", f"day {d}", ts=start + timedelta(days=d))
+        for d in range(183)
+    ]
+    audit.log_table_mutations(con, [r for r in rows if r.ts < datetime(2026, 11, 1)], settings)
+
+    first = run_digest(settings, con, now=datetime(2026, 11, 1, 4, 0), run_id="d1")  # edge Aug 3 -> cut Aug 1
+    assert first.months == ["2026-06", "2026-07"] and first.entries == 30 + 31
+    # August straddles the edge (Aug 3): none of it is digested yet, none of it is pruned.
+    left = audit.read_log(settings)
+    assert sum(r.ts.month == 8 for r in left) == 31
+    assert con.execute("SELECT count(*) FROM audit_log WHERE month(ts) = 8").fetchone()[0] == 31
+
+    # A month later: August is digested whole; a back-dated June entry is merged into June's section.
+    audit.log_table_mutations(
+        con,
+        [r for r in rows if r.ts >= datetime(2026, 11, 1)]
+        + [AuditRow("DELETE", "table:clusters", "patrol", "late June import", ts=datetime(2026, 6, 15))],
+        settings,
+    )
+    second = run_digest(
+        settings, con, now=datetime(2026, 12, 1, 4, 0), run_id="d2"
+    )  # edge Sep 2 -> cut Sep 1
+    assert second.months == ["2026-06", "2026-08"] and second.entries == 31 + 1
+    sections = archive_sections(settings)
+    assert sorted(sections) == ["2026-06", "2026-07", "2026-08"]
+    assert "31 entries, 2026-06-01 .. 2026-06-30" in sections["2026-06"]
+    assert "| APPEND | 30 |" in sections["2026-06"] and "| DELETE | 1 |" in sections["2026-06"]
+    assert "DELETE table:clusters: 1 entries" in sections["2026-06"]
+    assert "31 entries, 2026-07-01 .. 2026-07-31" in sections["2026-07"]
+    assert "31 entries, 2026-08-01 .. 2026-08-31" in sections["2026-08"]
+    assert "| APPEND | 31 |" in sections["2026-08"]
+    left = audit.read_log(settings)
+    assert min(r.ts for r in left if r.action != "ARCHIVE") == datetime(2026, 9, 1, 12, 0)
+    assert con.execute("SELECT count(*) FROM audit_log WHERE ts < '2026-09-01'").fetchone()[0] == 0
 
 
 def test_cli_audit_and_rollback(settings, home):

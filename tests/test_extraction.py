@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+import pytest
+
 from mindflow import extraction, patrol
 from mindflow.config import load_settings
 from mindflow.inbox import episodes_table
@@ -232,3 +234,130 @@ def test_switching_the_model_off_covers_parse_failed_episodes_mechanically(con, 
         (["e0"], "ok", "mechanical"),
         (["e1"], "ok", "mechanical"),
     ]
+
+
+FACT = {"entity": "billing", "key": "database", "value": "Postgres", "episode_ids": ["e0"]}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"scenes": [scene(["e0"], "   ")]},  # whitespace-only action
+        {"scenes": [scene(["e0"], "ok", actors=["ada", "\t"])]},
+        {"scenes": [scene(["e0"], "ok", themes=[" "])]},
+        {"scenes": [scene(["e0"], "ok", when=[{"date": "last Tuesday", "action": "x"}])]},
+        {"scenes": [scene(["e0"], "ok", emotion=[0.5, 0.5, 0.5, 0.5, 0.5, 1.5])]},
+        {"scenes": [scene(["e0"], "ok", emotion=[0.5, 0.5, float("nan"), 0.5, 0.5, 0.5])]},  # NaN on the wire
+        {"scenes": [scene(["e0"], "ok", importance=float("nan"))]},
+        {"scenes": [scene(["e0"], "ok")], "entities": [{"name": "  ", "aliases": []}]},
+        {"scenes": [scene(["e0"], "ok")], "entities": [{"name": "billing", "aliases": [" "]}]},
+        {"scenes": [scene(["e0"], "ok")], "facts": [FACT | {"entity": " "}]},
+        {"scenes": [scene(["e0"], "ok")], "facts": [FACT | {"key": "\n"}]},
+        {"scenes": [scene(["e0"], "ok")], "facts": [FACT | {"value": "  "}]},
+        {"scenes": [scene(["e0"], "ok")], "facts": [FACT | {"category": " "}]},
+        {"scenes": [scene(["e0"], "ok")],
+         "relations": [{"subject": " ", "predicate": "uses", "object": "Postgres"}]},
+        {"scenes": [scene(["e0"], "ok")],
+         "relations": [{"subject": "billing", "predicate": "uses", "object": "\t"}]},
+    ],
+)  # fmt: skip
+def test_blank_text_or_out_of_range_values_reject_the_whole_answer(con, llm_server, bad):
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0")
+    insert(con, ["Billing runs on Postgres"])
+    before = snapshot(con)
+    llm_server.script([bad])
+    llm = llm_for(None)
+    report = extraction.extract(con, ADA, llm, NOW)
+    assert (report.parse_failed, report.scenes, report.facts_new) == (1, 0, 0)
+    assert "wrong shape" in llm.usage.errors[0]
+    after = snapshot(con)
+    assert {t: after[t] for t in TABLES if t != "scene_notes"} == {
+        t: before[t] for t in TABLES if t != "scene_notes"
+    }
+    assert con.execute("SELECT action, note_status FROM scene_notes").fetchall() == [
+        ("[PARSE_FAILED]", "parse_failed")
+    ]
+
+
+def test_text_is_stored_stripped_and_blank_optional_text_as_null(con, llm_server):
+    llm_server.configure("openai:gpt-4o")
+    insert(con, ["Billing runs on Postgres"])
+    llm_server.script([{
+        "scenes": [scene(["e0"], "  Chose Postgres  ", setting="  ", dialogue="", sensory=" hum of fans ",
+                         when=[{"date": "2026-01-05T09:00:00Z", "action": "   "}])],
+        "facts": [FACT | {"entity": " billing ", "value": " Postgres\n"}],
+    }])  # fmt: skip
+    report = extraction.extract(con, ADA, llm_for(None), NOW)
+    assert (report.scenes, report.facts_new) == (1, 1)
+    assert con.execute('SELECT action, setting, dialogue, sensory, "when" FROM scene_notes').fetchall() == [
+        ("Chose Postgres", None, None, "hum of fans", [{"date": "2026-01-05", "action": None}])
+    ]
+    assert con.execute("SELECT entity, key, value FROM facts").fetchall() == [
+        ("billing", "database", "Postgres")
+    ]
+
+
+def test_alias_merge_keeps_the_stored_entity_when_the_model_names_the_new_spelling(con, llm_server):
+    llm_server.configure("openai:gpt-4o")
+    insert(con, ["Started on OAuth PKCE"], prefix="a")
+    llm_server.script([{
+        "scenes": [scene(["a0"], "OAuth work")],
+        "entities": [{"name": "OAuth PKCE", "aliases": []}],
+        "facts": [{"entity": "OAuth PKCE", "key": "status", "value": "started", "episode_ids": ["a0"]}],
+    }])  # fmt: skip
+    extraction.extract(con, ADA, llm_for(None), NOW)
+    # This time the model calls the new spelling canonical and lists the stored one (in
+    # another case) as its alias.
+    insert(con, ["The OAuth2 PKCE flow is done"], prefix="b", start=TS + timedelta(hours=1))
+    llm_server.script([{
+        "scenes": [scene(["b0"], "OAuth done")],
+        "entities": [{"name": "OAuth2 PKCE flow", "aliases": ["oauth pkce"]}],
+        "facts": [{"entity": "OAuth2 PKCE flow", "key": "status", "value": "done", "episode_ids": ["b0"]}],
+        "relations": [{"subject": "OAuth2 PKCE flow", "predicate": "uses", "object": "PKCE",
+                       "episode_ids": ["b0"]}],
+    }])  # fmt: skip
+    report = extraction.extract(con, ADA, llm_for(None), NOW)
+    assert report.facts_superseded == 1
+    assert con.execute("SELECT alias, entity FROM aliases").fetchall() == [("OAuth2 PKCE flow", "OAuth PKCE")]
+    assert con.execute(
+        "SELECT entity, value, invalid_at IS NULL FROM facts ORDER BY created_at, value"
+    ).fetchall() == [("OAuth PKCE", "done", True), ("OAuth PKCE", "started", False)]
+    assert sorted(con.execute("SELECT subject, predicate, object FROM relations").fetchall()) == [
+        ("OAuth PKCE", "uses", "PKCE"),
+        ("OAuth PKCE status: done", "supersedes", "OAuth PKCE status: started"),
+    ]
+    # A third run, in either spelling, still lands on the one entity.
+    insert(con, ["OAuth2 PKCE flow was reopened"], prefix="c", start=TS + timedelta(hours=2))
+    llm_server.script([{
+        "scenes": [scene(["c0"], "OAuth reopened")],
+        "entities": [{"name": "OAuth2 PKCE flow", "aliases": ["OAuth PKCE"]}],
+        "facts": [{"entity": "OAuth2 PKCE flow", "key": "status", "value": "reopened", "episode_ids": ["c0"]}],
+    }])  # fmt: skip
+    extraction.extract(con, ADA, llm_for(None), NOW)
+    assert '"OAuth PKCE"' in llm_server.requests[-1].prompt_text
+    assert 'OAuth2 PKCE flow"' not in llm_server.requests[-1].prompt_text.split("Episodes:")[0]
+    assert con.execute("SELECT DISTINCT entity FROM facts").fetchall() == [("OAuth PKCE",)]
+    assert con.execute("SELECT value FROM facts WHERE invalid_at IS NULL").fetchall() == [("reopened",)]
+    assert con.execute("SELECT count(*) FROM aliases").fetchall() == [(1,)]
+
+
+def test_the_next_batch_is_shown_the_canonical_name_not_the_alias(con, llm_server):
+    llm_server.configure("openai:gpt-4o", LLM_CONTEXT_TOKENS="2048")
+    insert(con, ["Started on OAuth PKCE"], prefix="a")
+    llm_server.script([{
+        "scenes": [scene(["a0"], "OAuth work")],
+        "facts": [{"entity": "OAuth PKCE", "key": "status", "value": "started", "episode_ids": ["a0"]}],
+    }])  # fmt: skip
+    extraction.extract(con, ADA, llm_for(None), NOW)
+    # Two long episodes: one batch each in a 2,048-token context.
+    insert(con, ["OAuth2 PKCE flow done. " + "detail " * 300, "Unrelated. " + "more " * 300],
+           prefix="b", start=TS + timedelta(hours=1))  # fmt: skip
+    llm_server.script([
+        {"scenes": [scene(["b0"], "OAuth done")],
+         "entities": [{"name": "OAuth2 PKCE flow", "aliases": ["OAuth PKCE"]}, {"name": "Bram"}]},
+        {"scenes": [scene(["b1"], "Other things")]},
+    ])  # fmt: skip
+    report = extraction.extract(con, ADA, llm_for(None), NOW)
+    assert report.batches == 2
+    known = llm_server.requests[-1].prompt_text.split("Known entities: ", 1)[1].split("\n", 1)[0]
+    assert json.loads(known) == ["Bram", "OAuth PKCE"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -12,7 +13,7 @@ from llm_server import Reply
 from mindflow.config import load_settings
 from mindflow.errors import MindflowError
 from mindflow.llm import LLMError, chain_for, estimate_tokens, resolve
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import IsoDate, OptionalText, Prompt, Text, Unit, user
 
 
 class Answer(pydantic.BaseModel):
@@ -194,3 +195,102 @@ def test_token_estimate():
     assert estimate_tokens("") == 0
     assert estimate_tokens("abcd" * 100) == 100
     assert estimate_tokens("記憶" * 10) == 20  # one per non-ASCII character
+
+
+class Labelled(pydantic.BaseModel):
+    label: Text
+    score: Unit
+    note: OptionalText = None
+
+
+def test_blank_text_and_out_of_range_scores_fail_over(home, llm_server):
+    llm_server.configure("anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o,openai:gpt-4o-mini")
+    llm_server.script([
+        '{"label": " \\t\\n ", "score": 0.5}',  # whitespace only
+        '{"label": "Business", "score": NaN}',  # Python's json reads NaN: refused all the same
+        '{"label": "  Business ", "score": 1, "note": "   "}',
+    ])  # fmt: skip
+    llm = resolve(load_settings(), "patrol")
+    answer = ask(llm, schema=Labelled)
+    # Stripped, and a blank optional text is no text at all.
+    assert answer == Labelled(label="Business", score=1.0, note=None)
+    assert llm.usage.failovers == 2 and llm.usage.failed_calls == 2
+    assert "label" in llm.usage.errors[0] and "score" in llm.usage.errors[1]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-01-05", "2026-01-05"),
+        (" 2026-01-05T09:30:00Z ", "2026-01-05"),
+        ("2026-01-05 09:30", "2026-01-05"),
+    ],
+)
+def test_iso_dates_are_normalised(value, expected):
+    class Dated(pydantic.BaseModel):
+        date: IsoDate
+
+    assert Dated(date=value).date == expected
+
+
+@pytest.mark.parametrize("value", ["yesterday", "2026-02-30", "05/01/2026", "20260105", "", "2026-01-05x"])
+def test_non_iso_dates_are_refused(value):
+    class Dated(pydantic.BaseModel):
+        date: IsoDate
+
+    with pytest.raises(pydantic.ValidationError, match="ISO date"):
+        Dated(date=value)
+
+
+@pytest.mark.parametrize("value", [-0.01, 1.01, float("nan"), float("inf")])
+def test_unit_scores_outside_zero_to_one_are_refused(value):
+    with pytest.raises(pydantic.ValidationError):
+        Labelled(label="x", score=value)
+
+
+def _blank(payload, path):
+    """payload with the string at `path` (keys and indexes) replaced by whitespace."""
+    data = json.loads(json.dumps(payload))
+    target = data
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = " \t "
+    return data
+
+
+CHAPTER = {"when": "2026-01-05 09:00", "title": "A start", "text": "We began."}
+CORE = {
+    "identity": "I am Ada.",
+    "active_context": ["billing"],
+    "persona": ["direct"],
+    "critical_facts": ["x"],
+}
+
+
+@pytest.mark.parametrize(
+    ("module", "schema", "valid", "path"),
+    [
+        ("split", "SplitAnswer", {"groups": [{"label": "billing", "node_ids": ["n-1", "n-2"]}]},
+         ("groups", 0, "label")),
+        ("split", "SplitAnswer", {"groups": [{"label": "billing", "node_ids": ["n-1", "n-2"]}]},
+         ("groups", 0, "node_ids", 1)),
+        ("consolidate", "ConsolidateAnswer", {"merges": [{"survivor": "n-1", "absorbed": ["n-2"]}]},
+         ("merges", 0, "survivor")),
+        ("consolidate", "ConsolidateAnswer", {"make_dead": ["n-3"]}, ("make_dead", 0)),
+        ("root", "RootAnswer", {"labels": [{"node_id": "n-1", "root": "Private"}]}, ("labels", 0, "node_id")),
+        ("diary", "DiaryAnswer", {"lines": ["One.", "Two.", "Three."]}, ("lines", 2)),
+        ("think", "ThinkAnswer", {"bullets": ["a", "b", "c"]}, ("bullets", 0)),
+        ("narrative_bootstrap", "Chapters", {"chapters": [CHAPTER]}, ("chapters", 0, "title")),
+        ("narrative_bootstrap", "Chapters", {"chapters": [CHAPTER]}, ("chapters", 0, "text")),
+        ("narrative_summarise", "Summary", {"title": "Early days", "text": "Much happened."}, ("text",)),
+        ("core_memory", "CoreMemory", CORE, ("identity",)),
+        ("core_memory", "CoreMemory", CORE, ("critical_facts", 0)),
+    ],
+)  # fmt: skip
+def test_a_blank_text_rejects_every_prompts_answer(module, schema, valid, path):
+    import importlib
+
+    model = getattr(importlib.import_module(f"mindflow.prompts.{module}"), schema)
+    model.model_validate(valid)  # the answer as given is fine...
+    with pytest.raises(pydantic.ValidationError):  # ...and blanking one text field rejects it
+        model.model_validate(_blank(valid, path))

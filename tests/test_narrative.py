@@ -195,8 +195,21 @@ WRITER = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from mindflow import narrative
     from mindflow.config import load_settings
+    from pathlib import Path
     settings = load_settings()
     con = duckdb.connect(sys.argv[1])
+    # Writing takes a while (inside the lock), so the other writer surely arrives meanwhile.
+    write = narrative._write
+    def slow_write(*args, **kwargs):
+        time.sleep(1.0)
+        write(*args, **kwargs)
+    narrative._write = slow_write
+    # A barrier: both processes are ready before either starts narrating.
+    barrier = Path(sys.argv[3])
+    (barrier / sys.argv[2]).touch()
+    deadline = time.time() + 60
+    while len(list(barrier.iterdir())) < 2 and time.time() < deadline:
+        time.sleep(0.01)
     print("start", time.time(), flush=True)
     report = narrative.narrate(con, settings, "ada", run_id=sys.argv[2])
     print("done", report.items, time.time(), flush=True)
@@ -222,9 +235,11 @@ def test_two_processes_narrating_at_once_write_each_chapter_once(settings, con, 
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(repo=str(REPO)))
     env = {"MINDFLOW_HOME": str(home), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(c), f"w{n}"],
+            [sys.executable, str(script), str(c), f"w{n}", str(barrier)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -234,6 +249,10 @@ def test_two_processes_narrating_at_once_write_each_chapter_once(settings, con, 
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    starts = [float(out.split("start ")[1].split()[0]) for out, _ in outs]
+    dones = [float(out.split("done ")[1].split()[1]) for out, _ in outs]
+    # They overlapped: both had started narrating before either finished (the write alone takes 1 s).
+    assert max(starts) < min(dones), (starts, dones)
     narrated = sorted(int(out.split("done ")[1].split()[0]) for out, _ in outs)
     assert narrated == [0, 400]  # the second writer waited, then found nothing past the anchor
     text = story_text(settings)
@@ -310,9 +329,10 @@ def test_llm_bootstrap_then_incremental(settings, con, llm_server):
 def test_llm_failure_midway_keeps_the_anchor_and_a_retry_narrates_each_episode_once(
     settings, con, llm_server, monkeypatch
 ):
-    model = llm(llm_server, MINDFLOW_NARRATIVE_BATCH_TOKENS="7100")
+    model = llm(llm_server, MINDFLOW_NARRATIVE_BATCH_TOKENS="3550")
     settings = load_settings()
-    # ~2,100 estimated tokens of episodes in batches of <= 1,100 tokens: two batches.
+    # ~2,100 estimated tokens of episodes; 3,550 less the answer (2,048 of an 8,192 context) and
+    # ~400 of instructions leaves ~1,100 tokens a batch: two batches.
     insert(con, [ep(i, f"Episode {i}: " + "details " * 80, importance=0.5) for i in range(1, 13)])
     llm_server.script(
         [
@@ -414,3 +434,100 @@ def test_a_chapter_dated_outside_its_batch_is_dated_at_the_batch(settings, con, 
     llm_server.script([chapters_answer(("1999-01-01 00:00", "Shipped", "The importer went out."))])
     narrative.narrate(con, settings, "ada", llm=model)
     assert "### [2026-10-12 08:01] Shipped" in story_text(settings)
+
+
+def test_a_small_context_model_gets_prompts_that_fit_and_older_chapters_condensed(settings, con, llm_server):
+    """Each prompt, answer included, fits a 2,400-token context although the story keeps growing."""
+    soul(settings)
+    model = llm(llm_server, MINDFLOW_LLM_CONTEXT_TOKENS="2400")
+    assert model.context_tokens() == 2400
+    episodes = [
+        ep(i, f"Episode {i}: Lena and I " + "worked on the importer " * 25, importance=0.5)
+        for i in range(1, 31)
+    ]
+    episodes.append(ep(31, "A pasted log: " + "stacktrace line " * 1500))  # ~6,000 tokens alone
+    insert(con, episodes)
+    prose = " ".join(["We kept going and the importer got better every hour."] * 16)  # ~220 tokens a chapter
+
+    def answer(request):
+        if "condensing the older chapters" in request.prompt_text:
+            return {"title": "Earlier days", "text": "Lena and I worked on the importer for many hours."}
+        return chapters_answer(("2026-10-12 08:00", "Importer work", prose))
+
+    llm_server.responder = answer
+    report = narrative.narrate(con, settings, "ada", llm=model, run_id="r1")
+    assert report.failed_batches == 0 and report.items == 31 and report.batches >= 5, report
+    assert report.summarised > 0
+    story = narrative.parse_story(story_text(settings))
+    assert story.anchor == T0 + timedelta(minutes=31)
+    assert any(t == "Earlier days" for _, t in story.chapters)
+    narrate_requests = [r for r in llm_server.requests if "condensing the older" not in r.prompt_text]
+    assert len(narrate_requests) == report.batches
+    for request in llm_server.requests:
+        answer_room = request.body.get("max_tokens") or request.body.get("max_completion_tokens")
+        assert narrative.estimate_tokens(request.prompt_text) + answer_room <= 2400
+    # The over-long episode was cut to fit, and said so.
+    assert any("A pasted log" in r.prompt_text and "…[truncated]" in r.prompt_text for r in narrate_requests)
+
+
+def test_mechanical_chapters_after_model_chapters_are_marked_and_the_summary_says_mixed(
+    settings, con, llm_server
+):
+    model = llm(llm_server)
+    insert(con, [ep(1, "The model era begins.")])
+    llm_server.script([chapters_answer(("2026-10-12 08:01", "Model one", "I wrote this myself."))])
+    narrative.narrate(con, settings, "ada", llm=model)
+    assert narrative.workspace_summary(settings).count("(narrative)") == 1
+
+    # No usable model the next day: the chronicle's chapters are marked where they start.
+    insert(
+        con, [ep(2, "Decided to ship the importer on Friday.", ts=T0 + timedelta(days=1), kind="decision")]
+    )
+    narrative.narrate(con, settings, "ada")
+    text = story_text(settings)
+    assert narrative.MECHANICAL_MARK not in text  # the story did not start as a chronicle
+    head, tail = text.split(narrative.MECHANICAL_FROM_MARK)
+    assert "Model one" in head and "ship the importer" in tail
+    assert narrative.MECHANICAL_FROM_NOTE.splitlines()[0] in tail
+    summary = narrative.workspace_summary(settings)
+    assert "(narrative and mechanical chronicle)" in summary and "(mechanical chronicle)" not in summary
+
+    # The model is back: marked again, once.
+    insert(con, [ep(3, "Shipped.", ts=T0 + timedelta(days=2))])
+    llm_server.script([chapters_answer(("2026-10-14 08:00", "Model two", "It shipped."))])
+    narrative.narrate(con, settings, "ada", llm=model)
+    text = story_text(settings)
+    assert text.count(narrative.MODEL_FROM_MARK) == 1 and text.count(narrative.MECHANICAL_FROM_MARK) == 1
+    assert (
+        text.index(narrative.MECHANICAL_FROM_MARK)
+        < text.index(narrative.MODEL_FROM_MARK)
+        < text.index("Model two")
+    )
+    assert [t for _, t in narrative.parse_story(text).chapters][::2] == ["Model one", "Model two"]
+
+
+def test_a_mechanical_chronicle_continued_by_a_model_is_summarised_as_mixed(settings, con, llm_server):
+    insert(con, [ep(1, "Mechanical times.")])
+    narrative.narrate(con, settings, "ada")
+    assert "(mechanical chronicle)" in narrative.workspace_summary(settings)
+    model = llm(llm_server)
+    insert(con, [ep(2, "A model arrives.", ts=T0 + timedelta(days=1))])
+    llm_server.script([chapters_answer(("2026-10-13 08:00", "A new voice", "I can tell my own story now."))])
+    narrative.narrate(con, settings, "ada", llm=model)
+    summary = narrative.workspace_summary(settings)
+    assert "(narrative and mechanical chronicle)" in summary and "(mechanical chronicle)" not in summary
+    # Mechanical again: marked, since the newest chapters were the model's.
+    insert(con, [ep(3, "Back to basics.", ts=T0 + timedelta(days=2))])
+    narrative.narrate(con, settings, "ada")
+    text = story_text(settings)
+    assert (
+        text.index("A new voice") < text.index(narrative.MECHANICAL_FROM_MARK) < text.index("Back to basics")
+    )
+
+
+def test_placed_personas_are_audit_rows_in_duckdb_too(settings, con):
+    placed = narrative.place_personas(settings, REPO / "data" / "samples" / "workspace", con=con)
+    assert placed == ["ada/SOUL.md", "bram/SOUL.md"]
+    rows = con.execute("SELECT action, target, actor FROM audit_log ORDER BY target").fetchall()
+    assert rows == [("CREATE", "ada/SOUL.md", "demo"), ("CREATE", "bram/SOUL.md", "demo")]
+    assert narrative.place_personas(settings, REPO / "data" / "samples" / "workspace", con=con) == []

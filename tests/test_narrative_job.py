@@ -102,7 +102,7 @@ def test_narrative_job_with_a_model_reports_its_usage(settings, llm_server):
     definitions()
     shutil.copytree(SAMPLES / "inbox" / "bram", settings.inbox / "bram")
     run_job(settings, "ingest")
-    llm_server.configure(MINDFLOW_LLM_MAX_RETRIES="0")
+    llm_server.configure(MINDFLOW_LLM_MAX_RETRIES="0", MINDFLOW_LLM_CONTEXT_TOKENS="4096")
 
     def answer(request):
         if "core memory" in request.prompt_text:
@@ -120,7 +120,7 @@ def test_narrative_job_with_a_model_reports_its_usage(settings, llm_server):
     story = narrative.read_story(settings, "bram")
     instance = dg.DagsterInstance.get()
     metadata = instance.get_latest_materialization_event(dg.AssetKey("story")).asset_materialization.metadata
-    # An 8,192-token context (the default for an unknown local model) splits 149 episodes into batches.
+    # A 4,096-token context (a small local model) splits 149 episodes (~5,000 tokens) into batches.
     batches = metadata["batches"].value
     assert batches >= 2 and metadata["failed_batches"].value == 0
     assert [t for _, t in story.chapters] == ["Signed up"] * batches
@@ -131,3 +131,71 @@ def test_narrative_job_with_a_model_reports_its_usage(settings, llm_server):
     assert "I am bram." in (settings.workspace / "bram/MEMORY.md").read_text()
     assert metadata["mode"].value == "llm" and metadata["narrated"].value == 149
     assert any(k.startswith("llm") and "calls" in k for k in metadata), sorted(metadata)
+
+
+def test_monthly_digest_schedule_runs_for_the_month_that_just_ended():
+    definitions()
+    from jobs.audit import monthly_audit_digest
+
+    for when, month in (
+        (datetime(2026, 12, 1, 4, 0), "2026-11-01"),
+        (datetime(2027, 1, 1, 4, 0), "2026-12-01"),
+    ):
+        with dg.build_schedule_context(scheduled_execution_time=when) as context:
+            data = monthly_audit_digest.evaluate_tick(context)
+        assert [r.partition_key for r in data.run_requests] == [month], when
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "env",
+    [{"MINDFLOW_LLM": "gpt-4o"}, {"MINDFLOW_LLM": "openai-compatible:qwen2.5"}],
+    ids=["no-provider", "no-base-url"],
+)
+def test_narrative_job_with_a_broken_model_setting_writes_a_mechanical_story(settings, monkeypatch, env):
+    definitions()
+    shutil.copytree(SAMPLES / "inbox" / "bram", settings.inbox / "bram")
+    run_job(settings, "ingest")
+    monkeypatch.delenv("MINDFLOW_LLM_BASE_URL", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    (summary,) = run_job(settings, "narrative", being="bram")
+    assert summary.success and "story: mode=mechanical" in summary.changes
+    story = narrative.read_story(settings, "bram")
+    assert story.anchor is not None and narrative.MECHANICAL_MARK in story.body
+    assert (settings.workspace / "bram/MEMORY.md").exists()
+    instance = dg.DagsterInstance.get()
+    for asset in ("story", "core_memory"):
+        metadata = instance.get_latest_materialization_event(
+            dg.AssetKey(asset)
+        ).asset_materialization.metadata
+        assert "MINDFLOW" in metadata["llm_config_error"].value, asset
+
+
+@pytest.mark.timeout(300)
+def test_extraction_and_ebook_runs_verify_critical_files_first(settings):
+    definitions()
+    shutil.copytree(SAMPLES / "inbox" / "bram", settings.inbox / "bram")
+    narrative.place_personas(settings, SAMPLES / "workspace")
+    run_job(settings, "ingest")
+    soul = settings.workspace / "bram/SOUL.md"
+
+    with soul.open("a") as fh:
+        fh.write("\nA line nobody approved.\n")
+    (extraction,) = run_job(settings, "extraction", being="bram")
+    assert extraction.success
+    with soul.open("a") as fh:
+        fh.write("\nAnother line nobody approved.\n")
+    (ebooks,) = run_job(settings, "ebook_reindex")
+    assert ebooks.success
+    alerts = audit.query(settings, action="ALERT")
+    assert [(a.target, a.run_id) for a in alerts] == [
+        ("bram/SOUL.md", extraction.run_id),
+        ("bram/SOUL.md", ebooks.run_id),
+    ]
+    instance = dg.DagsterInstance.get()
+    for asset in ("scene_notes", "ebook_chunks"):
+        metadata = instance.get_latest_materialization_event(
+            dg.AssetKey(asset)
+        ).asset_materialization.metadata
+        assert metadata["critical_alerts"].value == 1 and metadata["critical_changed"].value == "bram/SOUL.md"

@@ -103,6 +103,7 @@ def test_consolidation_merges_kills_and_unfreshens(con, llm_server, roots):
         {"merges": [{"survivor": "n-a", "absorbed": ["n-b"]}], "make_dead": ["n-b"]},  # twice
         {"make_dead": ["n-a"]},  # not dying
         {"merges": [{"survivor": "n-a", "absorbed": []}]},  # wrong shape
+        {"merges": [{"survivor": "  ", "absorbed": ["n-b"]}]},  # a blank id
         "no json at all",
     ],
 )
@@ -171,6 +172,7 @@ def test_split_of_a_subcluster_makes_siblings_and_small_clusters_are_left(con, l
             ]
         },
         {"groups": [{"label": "x", "node_ids": ["n-00", "zz"]}]},
+        {"groups": [{"label": " \t ", "node_ids": ["n-00", "n-01"]}]},  # a blank label
     ],
 )
 def test_rejected_split_changes_nothing(con, llm_server, roots, bad):
@@ -250,3 +252,69 @@ def test_patrol_with_a_dead_server_still_does_its_mechanical_work(con, llm_serve
     assert node(con, "n-old")["status"] == "dying"
     assert model.usage.failed_calls >= 2 and model.usage.metadata()["llm/failed_calls"] >= 2
     assert not (settings.workspace / ADA / "think.md").exists()
+
+
+def test_rejected_root_classification_is_counted_with_its_reason(con, llm_server, roots, embedder):
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0")
+    episodes = [Episode(episode_id="e0", being_id=ADA, ts=TS, speaker="ada", role="user",
+                        text="My sister's wedding is next weekend")]  # fmt: skip
+    con.register("eps", episodes_table(episodes))
+    con.execute("INSERT INTO episodes SELECT *, ?::TIMESTAMP FROM eps", [NOW])
+    patrol.step_scenes(con, ADA, NOW)
+    llm_server.script([{"labels": [{"node_id": " ", "root": "Business"}]}])
+    report = patrol.step_nodes(con, ADA, embedder, patrol.PatrolParams(), NOW, llm=llm())
+    assert (report.counts["root_by_llm"], report.counts["root_rejected"]) == (0, 1)
+    assert len(report.errors) == 1 and "no valid answer for root" in report.errors[0]
+    assert "labels.0.node_id" in report.errors[0]
+    # The prototype's choice stands.
+    assert con.execute("SELECT cluster_id FROM nodes").fetchall() == [(roots["Private"],)]
+
+
+def test_patrol_assets_log_why_answers_were_rejected_and_count_them(home, llm_server, embedder):
+    import logging
+
+    import dagster as dg
+
+    from assets.journal import journal
+    from assets.nodes import nodes
+    from mindflow import store
+    from mindflow.resources import DuckDBResource, EmbeddingResource
+
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0")
+    settings = load_settings()
+    with store.connect(settings.duckdb_path) as con:
+        episodes = [
+            Episode(episode_id=f"e{i}", being_id=ADA, ts=TS + timedelta(minutes=i), speaker="ada", role="user",
+                    text=text)
+            for i, text in enumerate(["The client meeting went well", "My sister's wedding is next weekend"])
+        ]  # fmt: skip
+        con.register("eps", episodes_table(episodes))
+        con.execute("INSERT INTO episodes SELECT *, ?::TIMESTAMP FROM eps", [NOW])
+        patrol.step_scenes(con, ADA, NOW)
+    # Every answer is prose: root labels, ❹, diary and think.md are all rejected.
+    llm_server.responder = lambda request: "I would rather not answer in JSON."
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("beings", [ADA])
+    resources = {"duckdb": DuckDBResource(), "embeddings": EmbeddingResource()}
+    meta, warnings = {}, []
+    for asset in (nodes, journal):  # in the patrol's order: the journal reads the new nodes
+        result = dg.materialize([asset], partition_key=ADA, instance=instance, resources=resources)
+        assert result.success
+        (event,) = result.get_asset_materialization_events()
+        meta[event.asset_key.path[-1]] = {k: v.value for k, v in event.materialization.metadata.items()}
+        warnings += [
+            e.user_message
+            for e in instance.all_logs(result.run_id)
+            if e.level == logging.WARNING and e.user_message
+        ]
+    prompts = [r.body["messages"][0]["content"] for r in llm_server.requests]
+    root_calls = sum(p.startswith("You sort a being's memories") for p in prompts)
+    consolidate_calls = sum(p.startswith("You consolidate one cluster") for p in prompts)
+    assert root_calls == 1 and consolidate_calls >= 1
+    assert meta["nodes"]["rejected_llm_answers"] == root_calls + consolidate_calls
+    assert meta["journal"]["rejected_llm_answers"] == 2 and meta["journal"]["written"] == 0
+    assert any("❶ nodes" in w and "no valid answer for root" in w for w in warnings), warnings
+    assert any("❹ consolidation" in w and "no valid answer for consolidate" in w for w in warnings)
+    assert any("diary/think_md" in w and "no valid answer for diary" in w for w in warnings)
+    assert any("diary/think_md" in w and "no valid answer for think" in w for w in warnings)
+    assert not any("SECRET" in w for w in warnings)

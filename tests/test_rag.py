@@ -11,6 +11,7 @@ import zipfile
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mindflow import lance, store
@@ -277,6 +278,134 @@ def test_epub_title_author_and_chapters_from_nav(tmp_path):
 def test_epub_without_nav_takes_headings(tmp_path):
     doc = parse_document(make_epub(tmp_path / "v.epub", "Voyages", "Dora", VOYAGES, nav=False))
     assert [c.title for c in doc.chapters] == ["The Frozen Sea", "The Desert Crossing"]
+
+
+def test_epub_with_gutenberg_text_markers_keeps_only_the_book(tmp_path):
+    """Older Gutenberg EPUBs carry the plain-text START/END lines and the license in their XHTML."""
+    chapters = {
+        "The Project Gutenberg EBook of Voyages": (
+            "<p>This eBook is for the use of anyone anywhere at no cost and with almost no restrictions.</p>"
+            "<pre>Title: Voyages\n\nAuthor: Dora Explorer\n\nRelease Date: May 1, 2026 [EBook #99998]\n\n"
+            "*** START OF THIS PROJECT GUTENBERG EBOOK VOYAGES ***\n</pre>"
+            "<p>Produced by Volunteers of the Distributed Proofreading Team</p>"
+        ),
+        **VOYAGES,
+        "Full License": (
+            "<p>End of the Project Gutenberg EBook of Voyages, by Dora Explorer</p>"
+            "<p>*** END OF THIS PROJECT GUTENBERG EBOOK VOYAGES ***</p>"
+            "<p>Section 1. General Terms of Use and Redistributing Project Gutenberg-tm electronic works</p>"
+        ),
+        "Donations": "<p>The Foundation's EIN or federal tax identification number is 64-6221541.</p>",
+    }
+    doc = parse_document(make_epub(tmp_path / "old-gutenberg.epub", "Voyages", "Dora Explorer", chapters))
+    assert [c.title for c in doc.chapters] == ["The Frozen Sea", "The Desert Crossing"]
+    assert "Gutenberg" not in doc.text and "START OF" not in doc.text and "Produced by" not in doc.text
+    assert "General Terms" not in doc.text and "EIN" not in doc.text and "Full License" not in doc.text
+    assert doc.text.startswith("Our ship pushed north") and doc.text.endswith("out of the heat haze.")
+    assert (doc.title, doc.author) == ("Voyages", "Dora Explorer")
+    # The same markers in one file, between paragraphs of a chapter.
+    one = {
+        "Voyages": chapters["The Project Gutenberg EBook of Voyages"]
+        + VOYAGES["The Frozen Sea"]
+        + "<p>*** END OF THE PROJECT GUTENBERG EBOOK VOYAGES ***</p><p>Project Gutenberg-tm license</p>"
+    }
+    doc = parse_document(make_epub(tmp_path / "one.epub", "Voyages", "Dora Explorer", one))
+    assert doc.text.startswith("Our ship pushed north") and doc.text.endswith("across the sky.")
+
+
+def make_one_file_epub(path: Path, toc: str, body: str, *, ncx: str | None = None) -> Path:
+    """An EPUB whose whole text is one XHTML file (`EPUB/text/book.xhtml`), the chapters anchors
+    in it: `toc` is the nav's list markup, or with `ncx` the navMap of an EPUB 2 NCX instead."""
+    files = {
+        "EPUB/text/book.xhtml": (
+            '<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml">'
+            f"<head><title>Voyages</title></head><body>{body}</body></html>"
+        )
+    }
+    items = ['<item id="book" href="text/book.xhtml" media-type="application/xhtml+xml"/>']
+    if ncx is None:
+        files["EPUB/nav.xhtml"] = (
+            '<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops"><body>'
+            f'<nav epub:type="toc">{toc}</nav></body></html>'
+        )
+        items.append('<item id="nav" href="nav.xhtml" properties="nav" media-type="application/xhtml+xml"/>')
+    else:
+        files["EPUB/toc.ncx"] = (
+            '<?xml version="1.0" encoding="utf-8"?><ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" '
+            f'version="2005-1"><navMap>{ncx}</navMap></ncx>'
+        )
+        items.append('<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>')
+    files["EPUB/content.opf"] = (
+        '<?xml version="1.0" encoding="utf-8"?>'
+        '<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="uid">'
+        '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier id="uid">urn:test:one</dc:identifier>'
+        "<dc:title>Voyages</dc:title><dc:creator>Dora Explorer</dc:creator></metadata>"
+        f'<manifest>{"".join(items)}</manifest><spine><itemref idref="book"/></spine></package>'
+    )
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        z.writestr(
+            "META-INF/container.xml",
+            '<?xml version="1.0"?><container version="1.0" '
+            'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
+            '<rootfile full-path="EPUB/content.opf" media-type="application/oebps-package+xml"/>'
+            "</rootfiles></container>",
+        )
+        for name, content in files.items():
+            z.writestr(name, content)
+    return path
+
+
+ONE_FILE_BODY = (
+    "<h1>Voyages</h1><p>A book of two journeys.</p>"
+    '<div class="chapter"><h2 id="ch1">I. The Frozen Sea</h2>' + VOYAGES["The Frozen Sea"] + "</div>"
+    '<div class="chapter"><h2><a id="ch2"></a>II. The Desert Crossing</h2>'
+    + VOYAGES["The Desert Crossing"]
+    + "</div>"
+)
+
+
+@pytest.mark.parametrize("toc_kind", ["nav", "ncx"])
+def test_epub_file_holding_several_chapters_is_split_at_their_anchors(tmp_path, toc_kind, embedder):
+    nav = (
+        '<ol><li><a href="text/book.xhtml#ch1">The Frozen Sea</a></li>'
+        '<li><a href="text/book.xhtml#ch2">The Desert Crossing</a></li></ol>'
+    )
+    ncx = (
+        '<navPoint id="n1" playOrder="1"><navLabel><text>The Frozen Sea</text></navLabel>'
+        '<content src="text/book.xhtml#ch1"/></navPoint>'
+        '<navPoint id="n2" playOrder="2"><navLabel><text>The Desert Crossing</text></navLabel>'
+        '<content src="text/book.xhtml#ch2"/></navPoint>'
+    )
+    path = make_one_file_epub(
+        tmp_path / "one-file.epub", nav, ONE_FILE_BODY, ncx=ncx if toc_kind == "ncx" else None
+    )
+    doc = parse_document(path)
+    assert [c.title for c in doc.chapters] == ["Voyages", "The Frozen Sea", "The Desert Crossing"]
+    front, frozen, desert = doc.chapters
+    assert front.text == "A book of two journeys."
+    assert "penguins" in frozen.text.lower() and "camels" not in frozen.text
+    assert "camels" in desert.text and "penguins" not in desert.text.lower()
+    assert "I. The Frozen Sea" in frozen.text and "II. The Desert Crossing" in desert.text  # their headings
+    assert all(doc.text[c.start : c.start + len(c.text)] == c.text for c in doc.chapters)
+    # Chunks stay inside one chapter each.
+    spans, _ = tokenizer_spans(embedder.model)
+    chunks = chunk_document("one-file.epub", doc, spans, 24, 4)
+    assert {c.chapter for c in chunks} == {"Voyages", "The Frozen Sea", "The Desert Crossing"}
+    for c in chunks:
+        assert ("camels" in c.text) <= (c.chapter == "The Desert Crossing")
+        assert ("Penguins" in c.text) <= (c.chapter == "The Frozen Sea")
+
+
+def test_epub_toc_parts_nested_under_a_chapter_do_not_split_it(tmp_path):
+    nav = (
+        '<ol><li><a href="text/book.xhtml">Voyages</a><ol>'
+        '<li><a href="text/book.xhtml#ch1">I</a></li><li><a href="text/book.xhtml#ch2">II</a></li>'
+        "</ol></li></ol>"
+    )
+    doc = parse_document(make_one_file_epub(tmp_path / "parts.epub", nav, ONE_FILE_BODY))
+    assert [c.title for c in doc.chapters] == ["Voyages"]
+    assert "penguins" in doc.text.lower() and "camels" in doc.text
 
 
 def test_broken_and_encrypted_epub_fail_with_reason(tmp_path):
@@ -641,3 +770,66 @@ def test_the_same_passage_from_two_files_of_a_book_is_shown_once(settings, embed
     both = search_chunks(table, query, vector, k=3, config=SearchConfig(duplicate=1.01))
     assert {h.doc_id for h in both[:2]} == {"keeper.txt", "keeper.html"}
     assert {h.chapter for h in both[:2]} == {"Chapter 2"}
+
+
+# --- the vector index, built once the table is large enough ------------------------------------
+
+
+def _almanac(sentences: int) -> str:
+    """A plain-text book of many distinct short sentences (enough chunks for a vector index)."""
+    animals = ["otter", "heron", "badger", "falcon", "beaver", "lynx", "marten", "stoat", "crane", "wren"]
+    deeds = ["crossed", "guarded", "circled", "dug under", "slept beside", "watched", "followed"]
+    places = ["the mill pond", "the birch wood", "the quarry", "the orchard", "the weir", "the old barn"]
+    lines = [
+        f"On day {i} the {animals[i % 10]} {deeds[i % 7]} {places[i % 6]} at hour {i % 24}."
+        for i in range(sentences)
+    ]
+    half = sentences // 2
+    return "Chapter 1\n\n" + " ".join(lines[:half]) + "\n\nChapter 2\n\n" + " ".join(lines[half:]) + "\n"
+
+
+def test_vector_index_is_built_from_the_configured_size_and_search_still_finds(
+    settings, embedder, monkeypatch
+):
+    from mindflow import rag
+    from mindflow.config import load_settings
+    from mindflow.rag.index import _has_vector_index
+
+    monkeypatch.setenv("MINDFLOW_EBOOKS_VECTOR_INDEX_MIN_ROWS", "256")
+    monkeypatch.setenv("MINDFLOW_EBOOKS_CHUNK_TOKENS", "16")
+    monkeypatch.setenv("MINDFLOW_EBOOKS_CHUNK_OVERLAP", "2")
+    small = load_settings()
+    assert small.ebooks_vector_index_min_rows == 256
+    small.ebooks.mkdir(parents=True)
+    (small.ebooks / "keeper.txt").write_text(gutenberg_text("The Lighthouse Keeper", "Ada Lovelace", KEEPER))
+    first = rag.reindex(small, embedder=embedder)
+    assert first.chunks < 256 and not first.vector_index  # below the threshold: brute force only
+    table = lance.connect(small.lance_path).open_table(TABLE)
+    assert not _has_vector_index(table)
+
+    (small.ebooks / "almanac.txt").write_text(_almanac(360))
+    second = rag.reindex(small, embedder=embedder)
+    assert second.chunks >= 256 and second.vector_index, second
+    table = lance.connect(small.lance_path).open_table(TABLE)
+    (vector_index,) = [i for i in table.list_indices() if "vector" in i.columns]
+    assert "IVF" in str(vector_index.index_type).upper()
+    assert any("text" in i.columns for i in table.list_indices())  # the full-text index stays
+    # The vector search now goes through the index (an ANN plan, not a flat scan).
+    plan = table.search(embedder.encode(["x"])[0], vector_column_name="vector").limit(3).explain_plan(True)
+    assert "ANN" in plan.upper(), plan
+
+    hits = rag.search(
+        "rescuing shipwrecked sailors from a storm on the reef", 3, settings=small, embedder=embedder
+    )
+    assert (hits[0].title, hits[0].chapter) == ("The Lighthouse Keeper", "Chapter 2")
+    # The index's candidates are re-scored on the stored vectors: `cosine` is the true cosine.
+    query = embedder.encode(["rescuing shipwrecked sailors from a storm on the reef"])[0]
+    exact = float(np.dot(embedder.encode([hits[0].text])[0], query))
+    assert hits[0].parts["vector_rank"] >= 0 and abs(hits[0].parts["cosine"] - exact) < 0.02
+    hits = rag.search("the lynx slept beside the orchard", 3, settings=small, embedder=embedder)
+    assert hits[0].doc_id == "almanac.txt"
+
+    # A later change keeps the index (the new rows go into it on optimize).
+    (small.ebooks / "keeper.txt").unlink()
+    third = rag.reindex(small, embedder=embedder)
+    assert third.removed == ["keeper.txt"] and third.vector_index

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -140,3 +141,103 @@ def test_cli_reindex_without_folder_is_one_error_line(settings):
     out = CliRunner().invoke(app, ["ebooks", "reindex"])
     assert out.exit_code == 1
     assert out.output.strip().startswith("error: no ebook folder at ") and "Traceback" not in out.output
+
+
+def test_weekly_schedule_is_sunday_0330_utc_for_ebook_reindex():
+    from jobs.ebooks import weekly_ebook_reindex
+
+    assert weekly_ebook_reindex.job_name == "ebook_reindex"
+    assert weekly_ebook_reindex.execution_timezone == "UTC"
+    minute, hour, day, month, weekday = weekly_ebook_reindex.cron_schedule.split()
+    assert (minute, hour, day, month) == ("30", "3", "*", "*") and weekday in ("0", "7", "SUN", "sun")
+    # One run per Sunday: the run key names the day.
+    sunday = dt.datetime(2026, 11, 22, 3, 30, tzinfo=dt.UTC)
+    assert sunday.weekday() == 6
+    with dg.build_schedule_context(scheduled_execution_time=sunday) as context:
+        request = weekly_ebook_reindex(context)
+    assert request.run_key == "ebook-reindex-2026-11-22"
+
+
+def test_cli_reindex_progress_lines_when_output_is_captured(settings):
+    write_library(settings.ebooks)
+    out = CliRunner().invoke(app, ["ebooks", "reindex"])
+    assert out.exit_code == 0, out.output
+    progress = [line for line in out.stderr.splitlines() if line.startswith("[")]
+    assert len(progress) == 8 and progress[0].startswith("[1/8] indexing ")
+    assert progress[-1].startswith("[8/8] indexing ")
+    assert {line.split()[-1] for line in progress} == {p.name for p in settings.ebooks.iterdir()}
+    assert "new=8" in out.stdout  # the summary stays on stdout
+    out = CliRunner().invoke(app, ["ebooks", "reindex"])
+    assert out.exit_code == 0 and "indexing" not in out.stderr  # nothing to index, nothing shown
+
+
+def test_cli_reindex_progress_bar_on_a_terminal(settings, monkeypatch):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich: the output is a terminal
+    monkeypatch.setenv("TTY_INTERACTIVE", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "120")
+    write_library(settings.ebooks)
+    out = CliRunner().invoke(app, ["ebooks", "reindex"])
+    assert out.exit_code == 0, out.output
+    drawn = out.stderr
+    assert "\x1b[" in drawn  # drawn in place with terminal control codes
+    assert "indexing " not in drawn  # a bar, not the lines of a captured run
+    for name in ("keeper.txt", "bees.md", "kitchen.html", "voyages.epub", "clocks.pdf", "broken.epub"):
+        assert name in drawn, name
+    for done in range(8):
+        assert f"{done}/8" in drawn  # the bar advances document by document
+    assert "optimizing the index" in drawn and "━" in drawn
+    off = CliRunner().invoke(app, ["ebooks", "reindex", "--no-progress"])
+    assert off.exit_code == 0 and off.stderr == ""
+
+
+def test_sensor_first_tick_with_a_current_index_requests_no_run(settings, embedder):
+    from mindflow import rag
+    from sensors.ebooks import ebook_folder_sensor
+
+    def tick(cursor):
+        with dg.build_sensor_context(cursor=cursor) as context:
+            result = ebook_folder_sensor(context)
+        return result, result.cursor
+
+    write_library(settings.ebooks)
+    rag.reindex(settings, embedder=embedder)  # indexed before the sensor ever ran (CLI, or a lost cursor)
+    result, cursor = tick(None)
+    assert not result.run_requests and "no document" in result.skip_reason.skip_message
+    assert set(json.loads(cursor)) == {p.name for p in settings.ebooks.iterdir()}
+    _touch(settings.ebooks / "bees.md")  # touched since the reindex: still current
+    result, _ = tick(None)
+    assert not result.run_requests
+
+    # Changed since the reindex: the first tick sees it, the cursor then carries on as usual.
+    keeper = settings.ebooks / "keeper.txt"
+    keeper.write_text(keeper.read_text().replace("tomatoes", "potatoes"))
+    result, cursor = tick(None)
+    (request,) = result.run_requests
+    assert (request.tags["mindflow/added"], request.tags["mindflow/changed"]) == ("0", "1")
+    result, _ = tick(cursor)
+    assert not result.run_requests
+
+
+def test_sensor_first_tick_requests_a_run_when_the_index_is_not_current(settings, embedder, monkeypatch):
+    from mindflow import rag
+    from sensors.ebooks import ebook_folder_sensor
+
+    def first_tick():
+        with dg.build_sensor_context(cursor=None) as context:
+            return ebook_folder_sensor(context)
+
+    write_library(settings.ebooks)
+    (request,) = first_tick().run_requests  # nothing indexed yet
+    assert request.tags["mindflow/added"] == "8"
+    rag.reindex(settings, embedder=embedder)
+    assert not first_tick().run_requests
+    # Indexed under other chunk settings: the next reindex re-chunks everything, so a run is due.
+    monkeypatch.setenv("MINDFLOW_EBOOKS_CHUNK_TOKENS", "128")
+    (request,) = first_tick().run_requests
+    assert request.tags["mindflow/added"] == "8"
+    monkeypatch.delenv("MINDFLOW_EBOOKS_CHUNK_TOKENS")
+    # The table gone (a wiped LanceDB folder): a run rebuilds it.
+    shutil.rmtree(settings.lance_path / "ebook_chunks.lance")
+    (request,) = first_tick().run_requests
+    assert request.tags["mindflow/added"] == "8"

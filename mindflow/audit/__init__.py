@@ -420,6 +420,25 @@ def verify_critical(
             _save_integrity(settings, state)
         if alerts:
             _append_log(settings, alerts)
+            # The ALERT lines (and the alert state) are committed now; the changed file is not,
+            # so `mindflow rollback FILE --to HEAD` still restores the last approved version.
+            keys = [a.target for a in alerts]
+            _commit(
+                open_repo(settings),
+                [AUDIT_LOG, INTEGRITY],
+                commit_message(
+                    "ALERT",
+                    keys[0] if len(keys) == 1 else "meta/integrity.json",
+                    alerts[0].summary
+                    if len(keys) == 1
+                    else f"critical files changed outside mindflow: {', '.join(keys)}",
+                    actor=actor,
+                    approval="none",
+                    trigger="critical-file check at the start of a run",
+                    run_id=run_id,
+                ),
+                actor,
+            )
     if con is not None:
         _insert_rows(con, alerts)
     return report

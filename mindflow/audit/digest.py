@@ -1,11 +1,16 @@
 """The monthly audit digest: entries older than 90 days summarised into meta/audit-archive.md and pruned.
 
-The active log (meta/audit.log and the DuckDB audit_log) keeps the last 90 days; each
-older month becomes one section of meta/audit-archive.md. Git history keeps every line.
+The active log (meta/audit.log and the DuckDB audit_log) keeps at least the last 90 days.
+Only whole months are digested: the cut is the first day of the month that contains
+`now - 90 days`, so every digested month ended more than 90 days ago and becomes exactly one
+section of meta/audit-archive.md. Entries that still arrive for a month already in the
+archive (a back-dated import) are merged into that month's section, whose totals are
+recomputed. Git history keeps every line.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -34,6 +39,30 @@ class DigestReport:
     entries: int = 0  # digested and pruned from the log file
     table_rows: int = 0  # pruned from the DuckDB table
     kept: int = 0
+
+
+def month_cutoff(now: datetime, retention_days: int = RETENTION_DAYS) -> datetime:
+    """The first instant of the month containing `now - retention_days`: earlier months ended
+    more than `retention_days` ago and are digested whole."""
+    edge = now - timedelta(days=retention_days)
+    return datetime(edge.year, edge.month, 1)
+
+
+def _split_sections(archive: str) -> tuple[str, dict[str, str]]:
+    """(header, {month: section text}) of an archive file."""
+    parts = re.split(r"(?m)^## (\d{4}-\d{2})\n", archive)
+    header, sections = parts[0], {}
+    for month, body in zip(parts[1::2], parts[2::2], strict=True):
+        sections[month] = body
+    return header, sections
+
+
+def _section_rows(body: str) -> list[AuditRow]:
+    """The rows a section was built from, kept in its hidden `<!-- rows -->` block."""
+    m = re.search(r"<!-- rows\n(.*?)\n-->", body, re.S)
+    if not m:
+        return []
+    return [r for r in (audit.parse_line(x) for x in m.group(1).splitlines()) if r is not None]
 
 
 def month_digest(month: str, rows: list[AuditRow]) -> str:
@@ -70,6 +99,8 @@ def month_digest(month: str, rows: list[AuditRow]) -> str:
     lines.append("\n### Notable events\n")
     by_kind = Counter((r.action, r.target) for r in notable)
     lines += [f"- {a} {t}: {n} entries" for (a, t), n in sorted(by_kind.items())] or ["- none"]
+    # The source lines, hidden in the rendered markdown, so late entries of this month can be merged.
+    lines.append("\n<!-- rows\n" + "\n".join(r.line().replace("-->", "- ->") for r in rows) + "\n-->")
     return "\n".join(lines) + "\n"
 
 
@@ -81,9 +112,13 @@ def run_digest(
     retention_days: int = RETENTION_DAYS,
     run_id: str | None = None,
 ) -> DigestReport:
-    """Digest and prune every entry older than `retention_days`; a second run finds nothing to do."""
+    """Digest and prune every entry of the months that ended more than `retention_days` ago.
+
+    Each month gets one archive section; a month already in the archive is merged (its totals
+    recomputed). A second run finds nothing to do.
+    """
     now = now or utcnow()
-    cutoff = now - timedelta(days=retention_days)
+    cutoff = month_cutoff(now, retention_days)
     report = DigestReport(cutoff)
     with audit.workspace_lock(settings):
         repo = audit.open_repo(settings)
@@ -119,9 +154,17 @@ def run_digest(
             for r in sorted(old, key=lambda r: r.ts):
                 by_month.setdefault(f"{r.ts:%Y-%m}", []).append(r)
             archive_path = settings.workspace / ARCHIVE
-            archive = archive_path.read_text() if archive_path.exists() else ARCHIVE_HEADER
-            for month, rows in sorted(by_month.items()):
-                archive += month_digest(month, rows)
+            header, sections = _split_sections(
+                archive_path.read_text() if archive_path.exists() else ARCHIVE_HEADER
+            )
+            for month, rows in by_month.items():
+                merged = sorted(_section_rows(sections.get(month, "")) + rows, key=lambda r: r.ts)
+                sections[month] = month_digest(month, merged).split(f"## {month}\n", 1)[1]
+            archive = (
+                header.rstrip("\n")
+                + "\n"
+                + "".join(f"\n## {m}\n\n{body.strip(chr(10))}\n" for m, body in sorted(sections.items()))
+            )
             report.months = sorted(by_month)
             report.entries = len(old)
             summary = f"{len(old)} entries of {', '.join(report.months)} digested and pruned"

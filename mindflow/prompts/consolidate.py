@@ -6,17 +6,17 @@ import json
 
 from pydantic import BaseModel, Field
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import Prompt, Text, user
 
 
 class Merge(BaseModel):
-    survivor: str = Field(min_length=1)
-    absorbed: list[str] = Field(min_length=1)
+    survivor: Text
+    absorbed: list[Text] = Field(min_length=1)
 
 
 class ConsolidateAnswer(BaseModel):
     merges: list[Merge] = Field(default_factory=list)
-    make_dead: list[str] = Field(default_factory=list)
+    make_dead: list[Text] = Field(default_factory=list)
 
 
 SYSTEM = """You consolidate one cluster of a being's memory nodes.

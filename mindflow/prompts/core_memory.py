@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pydantic
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import Prompt, Text, user
 
 
 class CoreMemory(pydantic.BaseModel):
-    identity: str = pydantic.Field(min_length=1, description="Who I am, in two or three sentences.")
-    active_context: list[str] = pydantic.Field(description="What is going on now: open tasks, threads.")
-    persona: list[str] = pydantic.Field(description="How I work with my people: preferences, manner.")
-    critical_facts: list[str] = pydantic.Field(description="Facts that must never be forgotten.")
+    identity: Text = pydantic.Field(description="Who I am, in two or three sentences.")
+    active_context: list[Text] = pydantic.Field(description="What is going on now: open tasks, threads.")
+    persona: list[Text] = pydantic.Field(description="How I work with my people: preferences, manner.")
+    critical_facts: list[Text] = pydantic.Field(description="Facts that must never be forgotten.")
 
 
 def build(being_id: str, soul: str, draft: str, *, max_words: int, max_tokens: int = 3000) -> Prompt:

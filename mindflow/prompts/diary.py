@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import Prompt, Text, user
 
 
 class DiaryAnswer(BaseModel):
-    lines: list[str] = Field(min_length=3, max_length=5)
+    lines: list[Text] = Field(min_length=3, max_length=5)
 
     @field_validator("lines")
     @classmethod

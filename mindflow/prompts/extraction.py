@@ -6,7 +6,7 @@ import json
 
 from pydantic import BaseModel, Field, field_validator
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import IsoDate, OptionalText, Prompt, Text, Unit, user
 
 # The relation vocabulary of the semantic graph; anything else is stored as relates-to.
 PREDICATES = (
@@ -18,43 +18,44 @@ CATEGORIES = ("person", "project", "technology", "preference", "decision", "even
 
 
 class When(BaseModel):
-    date: str = Field(min_length=1)
-    action: str | None = None
+    date: IsoDate
+    action: OptionalText = None
 
 
 class Scene(BaseModel):
-    episode_ids: list[str] = Field(min_length=1)
-    action: str = Field(min_length=1)
-    actors: list[str] = Field(default_factory=list)
+    episode_ids: list[Text] = Field(min_length=1)
+    action: Text
+    actors: list[Text] = Field(default_factory=list)
     when: list[When] = Field(default_factory=list)
-    setting: str | None = None
-    dialogue: str | None = None
-    sensory: str | None = None
-    feeling: str | None = None
-    importance: float = Field(ge=0.0, le=1.0)
-    themes: list[str] = Field(default_factory=list)
-    emotion: list[float] | None = Field(default=None, min_length=6, max_length=6)
+    setting: OptionalText = None
+    dialogue: OptionalText = None
+    sensory: OptionalText = None
+    feeling: OptionalText = None
+    importance: Unit
+    themes: list[Text] = Field(default_factory=list)
+    # VADSNT: valence, arousal, dominance, surprise, novelty, tension, each in [0, 1].
+    emotion: list[Unit] | None = Field(default=None, min_length=6, max_length=6)
 
 
 class Entity(BaseModel):
-    name: str = Field(min_length=1)
-    aliases: list[str] = Field(default_factory=list)
+    name: Text
+    aliases: list[Text] = Field(default_factory=list)
 
 
 class Fact(BaseModel):
-    entity: str = Field(min_length=1)
-    key: str = Field(min_length=1)
-    value: str = Field(min_length=1)
-    category: str = "other"
-    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
-    episode_ids: list[str] = Field(default_factory=list)
+    entity: Text
+    key: Text
+    value: Text
+    category: Text = "other"
+    confidence: Unit = 0.8
+    episode_ids: list[Text] = Field(default_factory=list)
 
 
 class Relation(BaseModel):
-    subject: str = Field(min_length=1)
-    predicate: str
-    object: str = Field(min_length=1)
-    episode_ids: list[str] = Field(default_factory=list)
+    subject: Text
+    predicate: str  # mapped onto the vocabulary below; a blank one is relates-to
+    object: Text
+    episode_ids: list[Text] = Field(default_factory=list)
 
     @field_validator("predicate")
     @classmethod

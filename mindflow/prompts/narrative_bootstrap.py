@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pydantic
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import Prompt, Text, user
 
 RULES = """\
 Write in the first person, as the being itself, in plain prose.
@@ -18,8 +18,8 @@ No markdown headings inside a chapter's text."""
 
 class Chapter(pydantic.BaseModel):
     when: str = pydantic.Field(pattern=r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}$", description="YYYY-MM-DD HH:MM")
-    title: str = pydantic.Field(min_length=1, max_length=80)
-    text: str = pydantic.Field(min_length=1)
+    title: Text = pydantic.Field(max_length=80)
+    text: Text
 
 
 class Chapters(pydantic.BaseModel):

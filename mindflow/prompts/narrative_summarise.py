@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pydantic
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import Prompt, Text, user
 
 
 class Summary(pydantic.BaseModel):
-    title: str = pydantic.Field(min_length=1, max_length=80)
-    text: str = pydantic.Field(min_length=1)
+    title: Text = pydantic.Field(max_length=80)
+    text: Text
 
 
 def build(being_id: str, chapters: str, *, target_words: int, max_tokens: int = 4096) -> Prompt:

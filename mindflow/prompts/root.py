@@ -7,11 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import Prompt, Text, user
 
 
 class RootLabel(BaseModel):
-    node_id: str
+    node_id: Text
     root: Literal["Business", "Private"]
 
 

@@ -6,12 +6,12 @@ import json
 
 from pydantic import BaseModel, Field
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import Prompt, Text, user
 
 
 class Group(BaseModel):
-    label: str = Field(min_length=1, max_length=80)
-    node_ids: list[str] = Field(min_length=2)
+    label: Text = Field(max_length=80)
+    node_ids: list[Text] = Field(min_length=2)
 
 
 class SplitAnswer(BaseModel):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
-from mindflow.prompts import Prompt, user
+from mindflow.prompts import Prompt, Text, user
 
 
 class ThinkAnswer(BaseModel):
-    bullets: list[str] = Field(min_length=3, max_length=7)
+    bullets: list[Text] = Field(min_length=3, max_length=7)
 
     @field_validator("bullets")
     @classmethod

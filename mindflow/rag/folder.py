@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from mindflow.rag.parsers import FORMATS
+from mindflow.rag.parsers import FORMATS, PARSER_VERSION
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,15 @@ def scan(folder: Path) -> dict[str, FileStat]:
     return found
 
 
+def index_key(model: str, chunk_tokens: int, overlap: int) -> str:
+    """What a document's chunks depend on besides its bytes: a change re-chunks every document.
+
+    The requested chunk length stands for the effective one (capped by the model's window),
+    so an unchanged folder is recognised without loading the model.
+    """
+    return f"{model}|{chunk_tokens}|{overlap}|parser-{PARSER_VERSION}"
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -62,6 +71,32 @@ def fingerprints(folder: Path, previous: dict[str, list] | None = None) -> dict[
         except OSError:  # removed or unreadable right now: seen on the next tick
             continue
     return out
+
+
+def indexed_fingerprints(settings) -> dict[str, list] | None:
+    """The fingerprints the ebook index was last built from (`ebook_documents`), as `fingerprints`
+    gives them; only documents indexed (or failed) under the current model and chunking count.
+
+    {} when nothing is indexed yet; None when DuckDB is held by a running job (ask again later).
+    """
+    import duckdb
+
+    from mindflow import store
+    from mindflow.errors import MindflowError
+
+    if not settings.duckdb_path.exists() or not (settings.lance_path / "ebook_chunks.lance").exists():
+        return {}
+    key = index_key(settings.embedding_model, settings.ebooks_chunk_tokens, settings.ebooks_chunk_overlap)
+    try:
+        with store.connect(settings.duckdb_path, read_only=True) as con:
+            rows = con.execute(
+                "SELECT doc_id, size, mtime_ns, sha256 FROM ebook_documents WHERE index_key = ?", [key]
+            ).fetchall()
+    except MindflowError:  # a job writes DuckDB right now
+        return None
+    except duckdb.Error:  # the ebook table not migrated yet, or unreadable: a run will tell
+        return {}
+    return {doc_id: [size, mtime_ns, sha] for doc_id, size, mtime_ns, sha in rows}
 
 
 def folder_changes(previous: dict[str, list], current: dict[str, list]) -> dict[str, list[str]]:

@@ -63,6 +63,26 @@ def open_chunks(lance_path: Path):
     return lance.open_table(db, TABLE)
 
 
+def _vector_candidates(table, query_vector: np.ndarray, limit: int):
+    """Nearest chunks by cosine, with `cosine` = 1 - distance.
+
+    `refine_factor(1)` re-scores the candidates of the vector index (IVF_HNSW_SQ, built from
+    `ebooks_vector_index_min_rows` chunks) on their stored vectors: the index alone ranks by
+    its quantised distance, which is not the cosine distance. Without an index it changes nothing.
+    """
+    import pyarrow.compute as pc
+
+    result = (
+        table.search(np.asarray(query_vector, dtype=np.float32), vector_column_name="vector")
+        .distance_type("cosine")
+        .refine_factor(1)
+        .select([*COLUMNS, "_distance"])
+        .limit(limit)
+        .to_arrow()
+    )
+    return result.append_column("cosine", pc.subtract(1.0, result.column("_distance")))
+
+
 def search_chunks(
     table, query: str, query_vector: np.ndarray, k: int = 5, config: SearchConfig | None = None
 ) -> list[EbookHit]:
@@ -71,7 +91,7 @@ def search_chunks(
     if table is None or k <= 0:
         return []
     limit = max(config.candidates, k)
-    by_vector = primitives.vector_candidates(table, query_vector, "TRUE", limit, COLUMNS)
+    by_vector = _vector_candidates(table, query_vector, limit)
     by_text = primitives.text_candidates(table, query, "TRUE", limit, COLUMNS)
     rows: dict[tuple[str, int], dict] = {}
     vector_rank: dict[tuple[str, int], int] = {}

@@ -24,8 +24,8 @@ from mindflow.embeddings import Embedder, text_sha256
 from mindflow.models import utcnow
 from mindflow.rag import TABLE
 from mindflow.rag.chunking import Chunk, chunk_document, tokenizer_spans
-from mindflow.rag.folder import FileStat, file_sha256, scan
-from mindflow.rag.parsers import PARSER_VERSION, Document, DocumentError, parse_document
+from mindflow.rag.folder import FileStat, file_sha256, index_key, scan
+from mindflow.rag.parsers import Document, DocumentError, parse_document
 
 # Called as progress(done, total, doc_id) before and after each document that is (re)indexed.
 Progress = Callable[[int, int, str], None]
@@ -118,15 +118,6 @@ def _save(
             utcnow(),
         ],
     )
-
-
-def index_key(model: str, chunk_tokens: int, overlap: int) -> str:
-    """What a document's chunks depend on besides its bytes: a change re-chunks every document.
-
-    The requested chunk length stands for the effective one (capped by the model's window),
-    so an unchanged folder is recognised without loading the model.
-    """
-    return f"{model}|{chunk_tokens}|{overlap}|parser-{PARSER_VERSION}"
 
 
 def effective_chunk_tokens(requested: int, window: int | None) -> int:

@@ -22,7 +22,7 @@ FORMATS = {
     ".markdown": "markdown",
 }
 # Bumped when parsing changes what text or chapters a document yields: every document is re-chunked.
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: Gutenberg text markers inside EPUB XHTML, EPUB chapters split at TOC anchors
 CHAPTER_SEPARATOR = "\n\n"
 
 
@@ -263,8 +263,15 @@ def _local(tag) -> str:
     return tag.rsplit("}", 1)[-1].lower()
 
 
-def html_blocks(root) -> list[tuple[int, str]]:
-    """(heading level or 0, text) per block of an lxml tree, in document order."""
+ANCHOR = -1  # the level of an `(ANCHOR, id)` entry of html_blocks: where a marked element starts
+
+
+def html_blocks(root, anchors: set[str] | None = None) -> list[tuple[int, str]]:
+    """(heading level or 0, text) per block of an lxml tree, in document order.
+
+    With `anchors`, an element whose id (or `<a name>`) is one of them ends the text before it
+    and adds `(ANCHOR, id)` where it starts: an EPUB file holding several chapters is split there.
+    """
     blocks: list[tuple[int, str]] = []
     current: list[str] = []
 
@@ -284,6 +291,11 @@ def html_blocks(root) -> list[tuple[int, str]]:
             if el.tail:
                 current.append(el.tail)
             return
+        if anchors:
+            mark = el.get("id") if el.get("id") in anchors else el.get("name") if tag == "a" else None
+            if mark in anchors:
+                flush()
+                blocks.append((ANCHOR, mark))
         level = _HEADINGS.get(tag, 0)
         block = level or tag in _BLOCK
         if block:
@@ -405,7 +417,8 @@ def _epub(data: bytes) -> tuple[str, str | None, list[tuple[str, str]]]:
             for el in opf.iter(f"{_OPF}item")
         }
         labels = _epub_labels(book, names, manifest)
-        sections: list[tuple[str, str]] = []
+        # (TOC label or None, blocks, the file's <title>) per chapter, in reading order.
+        parts: list[tuple[str | None, list[tuple[int, str]], str]] = []
         for ref in opf.iter(f"{_OPF}itemref"):
             path, item = manifest.get(ref.get("idref"), (None, None))
             if path is None or path not in names or "nav" in (item.get("properties") or "").split():
@@ -418,21 +431,88 @@ def _epub(data: bytes) -> tuple[str, str | None, list[tuple[str, str]]]:
             ).split()
             if _NOT_TEXT.intersection(body_types):
                 continue
-            blocks = html_blocks(root)
-            heading = labels.get(path)
+            title_el = next((el for el in root.iter() if _local(el.tag) == "title"), None)
+            page_title = title_el.text_content().strip() if title_el is not None else ""
+            entries = labels.get(path, [])
+            fragments = {fragment: label for fragment, label in entries if fragment}
+            if len(entries) < 2 or not fragments:
+                parts.append((entries[0][1] if entries else None, html_blocks(root), page_title))
+                continue
+            # One file, several chapters of the table of contents: split it at their anchors.
+            label = next((label for fragment, label in entries if not fragment), None)
+            current: list[tuple[int, str]] = []
+            for level, text in html_blocks(root, set(fragments)):
+                if level == ANCHOR:
+                    parts.append((label, current, ""))
+                    label, current = fragments[text], []
+                else:
+                    current.append((level, text))
+            parts.append((label, current, ""))
+        parts, fields = _strip_gutenberg_parts(parts)
+        title = title or fields.get("title")
+        author = author or fields.get("author")
+        sections: list[tuple[str, str]] = []
+        for label, blocks, page_title in parts:
+            heading = label
             if heading is None:
-                heading = next((t for level, t in blocks if level), "")
-                if not heading:
-                    title_el = next((el for el in root.iter() if _local(el.tag) == "title"), None)
-                    heading = title_el.text_content().strip() if title_el is not None else ""
+                heading = next((t for level, t in blocks if level), "") or page_title
             text = "\n\n".join(t for level, t in blocks if t != heading)
             sections.append((heading, text))
     return title or "", author, sections
 
 
-def _epub_labels(book: zipfile.ZipFile, names: set[str], manifest: dict) -> dict[str, str]:
-    """Spine file -> its table-of-contents label (EPUB 3 nav, else EPUB 2 NCX)."""
-    labels: dict[str, str] = {}
+def _strip_gutenberg_parts(parts: list) -> tuple[list, dict[str, str]]:
+    """Older Project Gutenberg EPUBs keep the plain-text `*** START OF ... ***` and
+    `*** END OF ... ***` lines in their XHTML: only the chapters' text between them is kept,
+    and the header's Title/Author are returned. Parts without the markers are unchanged."""
+    start = next(
+        (
+            (i, j)
+            for i, (_, blocks, _) in enumerate(parts)
+            for j, (_, t) in enumerate(blocks)
+            if _PG_START.search(t)
+        ),
+        None,
+    )
+    if start is None:
+        return parts, {}
+    i, j = start
+    header = "\n".join(t for _, blocks, _ in parts[:i] for _, t in blocks)
+    header += "\n" + "\n".join(t for _, t in parts[i][1][:j])
+    fields = {m.group(1).lower(): m.group(2) for m in _PG_FIELD.finditer(header)}
+    label, blocks, page_title = parts[i]
+    rest = blocks[j + 1 :]
+    if rest and _PRODUCED_BY.match(rest[0][1]):
+        rest = rest[1:]
+    kept = [(label, rest, page_title), *parts[i + 1 :]]
+    for i, (label, blocks, page_title) in enumerate(kept):
+        end = next((j for j, (_, t) in enumerate(blocks) if _PG_END.search(t)), None)
+        if end is not None:
+            kept = [*kept[:i], (label, blocks[:end], page_title)]
+            break
+    return kept, fields
+
+
+def _toc_depth(el, kinds: set[str]) -> int:
+    return sum(1 for parent in el.iterancestors() if _local(parent.tag) in kinds)
+
+
+def _epub_labels(book: zipfile.ZipFile, names: set[str], manifest: dict) -> dict[str, list[tuple[str, str]]]:
+    """Spine file -> its table-of-contents entries as (anchor id or "", label), in TOC order
+    (EPUB 3 nav, else EPUB 2 NCX).
+
+    Only the file's shallowest entries count: a story with its parts I, II, III nested under
+    it stays one chapter, a file holding several chapters of the same level has them all.
+    """
+    found: dict[str, list[tuple[int, str, str]]] = {}
+
+    def add(target_of: str, href: str, label: str, depth: int) -> None:
+        file, _, fragment = unquote(href).partition("#")
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(target_of), file))
+        entries = found.setdefault(target, [])
+        if all(f != fragment for _, f, _ in entries):
+            entries.append((depth, fragment, _one_line(label)))
+
     for path, item in manifest.values():
         props = (item.get("properties") or "").split()
         if "nav" in props and path in names:
@@ -445,23 +525,20 @@ def _epub_labels(book: zipfile.ZipFile, names: set[str], manifest: dict) -> dict
                     continue
                 for a in nav.iter():
                     if _local(a.tag) == "a" and a.get("href"):
-                        target = posixpath.normpath(
-                            posixpath.join(posixpath.dirname(path), unquote(a.get("href").split("#")[0]))
-                        )
-                        labels.setdefault(target, _one_line(a.text_content()))
-    if labels:
-        return labels
-    for path, item in manifest.values():
-        if item.get("media-type") == "application/x-dtbncx+xml" and path in names:
-            ncx = _xml(book.read(path))
-            for point in ncx.iter(f"{_NCX}navPoint"):
-                text = next((t.text for t in point.iter(f"{_NCX}text") if t.text), "")
-                content = next(point.iter(f"{_NCX}content"), None)
-                if content is not None and content.get("src"):
-                    target = posixpath.normpath(
-                        posixpath.join(posixpath.dirname(path), unquote(content.get("src").split("#")[0]))
-                    )
-                    labels.setdefault(target, _one_line(text))
+                        add(path, a.get("href"), a.text_content(), _toc_depth(a, {"ol", "ul"}))
+    if not found:
+        for path, item in manifest.values():
+            if item.get("media-type") == "application/x-dtbncx+xml" and path in names:
+                ncx = _xml(book.read(path))
+                for point in ncx.iter(f"{_NCX}navPoint"):
+                    text = next((t.text for t in point.iter(f"{_NCX}text") if t.text), "")
+                    content = next(point.iter(f"{_NCX}content"), None)
+                    if content is not None and content.get("src"):
+                        add(path, content.get("src"), text or "", _toc_depth(point, {"navPoint"}))
+    labels: dict[str, list[tuple[str, str]]] = {}
+    for target, entries in found.items():
+        top = min(depth for depth, _, _ in entries)
+        labels[target] = [(fragment, label) for depth, fragment, label in entries if depth == top]
     return labels
 
 
