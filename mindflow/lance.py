@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -75,6 +76,26 @@ def connect(path: Path):
 
     path.mkdir(parents=True, exist_ok=True)
     return lancedb.connect(str(path))
+
+
+_READERS: dict[str, object] = {}
+_READERS_LOCK = threading.Lock()
+
+
+def reader(path: Path):
+    """One connection per folder for a long-lived reader (the read API): it checks for a
+    newer table version on every read, so it sees what the last job published without
+    a restart."""
+    key = str(path)
+    with _READERS_LOCK:
+        db = _READERS.get(key)
+        if db is None:
+            import lancedb
+
+            path.mkdir(parents=True, exist_ok=True)
+            db = lancedb.connect(key, read_consistency_interval=timedelta(0))
+            _READERS[key] = db
+    return db
 
 
 def open_table(db, name: str):

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +14,6 @@ from mindflow.recall import primitives, rerank
 
 _WORD = re.compile(r"\w+")
 COLUMNS = ["doc_id", "title", "author", "chapter", "ordinal", "char_start", "char_end", "text"]
-_CONNECTIONS: dict[str, object] = {}
-_LOCK = threading.Lock()
 
 
 @dataclass
@@ -51,16 +47,7 @@ def _jaccard(a: set[str], b: set[str]) -> float:
 
 def open_chunks(lance_path: Path):
     """`ebook_chunks`, or None before the first reindex; each read sees the latest committed version."""
-    key = str(lance_path)
-    with _LOCK:
-        db = _CONNECTIONS.get(key)
-        if db is None:
-            import lancedb
-
-            lance_path.mkdir(parents=True, exist_ok=True)
-            db = lancedb.connect(key, read_consistency_interval=timedelta(0))
-            _CONNECTIONS[key] = db
-    return lance.open_table(db, TABLE)
+    return lance.open_table(lance.reader(lance_path), TABLE)
 
 
 def _vector_candidates(table, query_vector: np.ndarray, limit: int):

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import lancedb
 import numpy as np
 import pyarrow as pa
 
@@ -20,24 +18,11 @@ MAX_QUERY_TERMS = 32
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 # Words the full-text parser may read as operators.
 _OPERATORS = {"and", "or", "not"}
-_CONNECTIONS: dict[str, lancedb.DBConnection] = {}
-_LOCK = threading.Lock()
 
 
 def open_memories(lance_path: Path):
-    """The `memories` table, or None before the first publish.
-
-    The connection checks for a newer table version on every read, so a server
-    sees what the last job published without a restart.
-    """
-    key = str(lance_path)
-    with _LOCK:
-        db = _CONNECTIONS.get(key)
-        if db is None:
-            lance_path.mkdir(parents=True, exist_ok=True)
-            db = lancedb.connect(key, read_consistency_interval=timedelta(0))
-            _CONNECTIONS[key] = db
-    return lance.open_table(db, TABLE)
+    """The `memories` table, or None before the first publish; each read sees the latest version."""
+    return lance.open_table(lance.reader(lance_path), TABLE)
 
 
 def sanitize_fts_query(query: str) -> str:
