@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets.partitions import beings
+from jobs.per_being import nightly_per_being
 
 narrative_job = dg.define_asset_job(
     "narrative",
@@ -12,16 +12,9 @@ narrative_job = dg.define_asset_job(
 )
 
 
-@dg.schedule(
-    job=narrative_job,
-    cron_schedule="30 3 * * *",
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
+nightly_narrative = nightly_per_being(
+    "nightly_narrative",
+    narrative_job,
+    "30 3 * * *",
+    "Every night at 03:30 (after patrol and decay), one narrative run per known being.",
 )
-def nightly_narrative(context: dg.ScheduleEvaluationContext):
-    """Every night at 03:30 (after patrol and decay), one narrative run per known being."""
-    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    known = context.instance.get_dynamic_partitions(beings.name)
-    if not known:
-        return dg.SkipReason("no being has episodes yet")
-    return [dg.RunRequest(run_key=f"narrative-{being}-{day}", partition_key=being) for being in known]

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets.partitions import beings
+from jobs.per_being import nightly_per_being
 
 patrol_job = dg.define_asset_job(
     "patrol",
@@ -12,16 +12,6 @@ patrol_job = dg.define_asset_job(
 )
 
 
-@dg.schedule(
-    job=patrol_job,
-    cron_schedule="0 2 * * *",
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
+nightly_patrol = nightly_per_being(
+    "nightly_patrol", patrol_job, "0 2 * * *", "Every night at 02:00, one patrol run per known being."
 )
-def nightly_patrol(context: dg.ScheduleEvaluationContext):
-    """Every night at 02:00, one patrol run per known being."""
-    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    known = context.instance.get_dynamic_partitions(beings.name)
-    if not known:
-        return dg.SkipReason("no being has episodes yet")
-    return [dg.RunRequest(run_key=f"patrol-{being}-{day}", partition_key=being) for being in known]

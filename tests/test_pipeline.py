@@ -9,7 +9,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -418,3 +418,27 @@ def test_two_jobs_launched_at_once_queue_instead_of_failing(copied_pipeline):
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in decay_runs)
     after = counts(settings)
     assert after["decay_scores"] == after["nodes"]
+
+
+def test_nightly_schedules_request_one_run_per_known_being():
+    repository = definitions().get_repository_def()
+    from jobs.narrative import nightly_narrative
+    from jobs.patrol import nightly_patrol
+
+    with dg.instance_for_test() as instance:
+        at = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
+        for schedule in (nightly_patrol, nightly_narrative):
+            skipped = schedule.evaluate_tick(
+                dg.build_schedule_context(instance, scheduled_execution_time=at, repository_def=repository)
+            )
+            assert not skipped.run_requests and skipped.skip_message == "no being has episodes yet"
+        instance.add_dynamic_partitions("beings", ["ada", "bram"])
+        for schedule, job in ((nightly_patrol, "patrol"), (nightly_narrative, "narrative")):
+            requests = schedule.evaluate_tick(
+                dg.build_schedule_context(instance, scheduled_execution_time=at, repository_def=repository)
+            ).run_requests
+            assert [(r.run_key, r.partition_key) for r in requests] == [
+                (f"{job}-ada-2026-11-22", "ada"),
+                (f"{job}-bram-2026-11-22", "bram"),
+            ]
+        assert (nightly_patrol.cron_schedule, nightly_narrative.cron_schedule) == ("0 2 * * *", "30 3 * * *")
