@@ -7,6 +7,9 @@ export MINDFLOW_HOME ?= $(CURDIR)/data
 export DAGSTER_HOME ?= $(MINDFLOW_HOME)/dagster
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# A run over a range of daily partitions records one planned event per asset instead of one
+# per day (mindflow.runner sets the same for the CLI): a failed run's days show as missing.
+export DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS ?= true
 
 .PHONY: install demo test dev serve bench clean
 

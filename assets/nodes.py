@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.partitions import beings
-from mindflow import audit, patrol
+from mindflow import audit, lance, patrol
 from mindflow.audit.tables import log_history
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource, EmbeddingResource
@@ -130,6 +130,9 @@ def nodes(
 ) -> dg.MaterializeResult:
     """Memory nodes of a being: scene, feeling, importance, cluster, session count and status."""
     params = patrol.PatrolParams()
+    # `memories` and `facts_graph` run next in this process and need lancedb: import it
+    # while the model embeds instead of after.
+    lance.preload()
     embedder = embeddings.embedder()
     embedder.progress = lambda done, total: context.log.info(f"embedded {done}/{total} new node texts")
     llm, llm_meta = resolve_llm(context, duckdb.settings(), "patrol")
@@ -156,11 +159,12 @@ def nodes(
             consolidated = patrol.step_consolidate(con, being_id, llm, now) if llm is not None else None
             steps.append(patrol.step_revive(con, being_id, params, now))
             split = patrol.step_split(con, being_id, llm, params, now) if llm is not None else None
-            for step in [*steps, consolidated, split]:
-                if step is not None:
-                    context.log.info(f"{being_id} {step.step}: {step.counts}")
-                    for error in step.errors:  # why an LLM answer was rejected (never a key)
-                        context.log.warning(f"{being_id} {step.step}: {error}")
+            done = [step for step in [*steps, consolidated, split] if step is not None]
+            # One line per being: each log line is an event Dagster writes to its SQLite log.
+            context.log.info(f"{being_id}: " + "; ".join(f"{step.step} {step.counts}" for step in done))
+            for step in done:
+                for error in step.errors:  # why an LLM answer was rejected (never a key)
+                    context.log.warning(f"{being_id} {step.step}: {error}")
             statuses = dict(
                 con.execute(
                     "SELECT status, count(*) FROM nodes WHERE being_id = ? GROUP BY 1", [being_id]

@@ -155,9 +155,12 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
 
 
 def _to_lance(changed: pa.Table) -> pa.Table:
-    vectors = changed.column("vector").to_pylist()
+    # Through Arrow, not a Python list of floats per row (2,760 rows took half a second).
+    vectors = changed.column("vector").combine_chunks()
     dim = len(vectors[0])
-    flat = np.asarray(vectors, dtype=np.float32).reshape(-1)
+    flat = vectors.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    if len(flat) != dim * len(vectors):
+        raise ValueError(f"memory vectors of unequal length (expected {dim} each)")
     vector = pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float32()), dim)
     return pa.table(
         {

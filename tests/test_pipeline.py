@@ -262,6 +262,11 @@ def test_an_ingest_backfill_materializes_only_its_days(settings, sample_inbox):
         "2026-10-13",
         "2026-10-14",
     }
+    # The run records one "planned" event for its range of days, not one per day.
+    planned = instance.get_records_for_run(
+        summaries[0].run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+    ).records
+    assert len(planned) == 1
     # Files with later days wait for a run that covers them.
     assert sorted(p.name for p in (sample_inbox / "ada").iterdir()) == [
         "2026-10-31-openclaw.jsonl",
