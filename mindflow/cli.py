@@ -226,11 +226,17 @@ def serve(
         check_bind(host, parse_tokens(secret))
         from mindflow.embeddings import Embedder
 
-        # Loaded here, so a bad model setting is one line of error instead of a failed startup.
-        Embedder(model=settings.embedding_model).encode(["warm up"])
+        # Loaded here, so a bad model setting is one line of error instead of a failed startup
+        # (and the query encoder's ONNX graph exported before the server binds).
+        Embedder(model=settings.embedding_model, query_graph_dir=settings.models).encode_query("warm up")
     except MindflowError as exc:
         _fail(exc)
     import uvicorn
+    from threadpoolctl import threadpool_limits
+
+    # One BLAS thread: a recall's vector search runs beside its full-text search, and a
+    # second BLAS thread spinning on the other core slows both (p95 -10 ms at 100,000).
+    threadpool_limits(1, user_api="blas")
 
     from mindflow.api import create_app
 

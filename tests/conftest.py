@@ -16,13 +16,20 @@ SAMPLES = REPO / "data" / "samples"
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> Path:
+    """One folder for derived model files (the server's ONNX query encoder) for the session."""
+    return tmp_path_factory.mktemp("models")
+
+
 @pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
+def home(tmp_path, monkeypatch, models_dir) -> Path:
     """An empty MINDFLOW_HOME (and DAGSTER_HOME inside it) for one test."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("MINDFLOW_HOME", str(home))
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    monkeypatch.setenv("MINDFLOW_MODELS_DIR", str(models_dir))
     return home
 
 
@@ -75,7 +82,9 @@ def llm_server(monkeypatch):
         monkeypatch.setenv("MINDFLOW_LLM_TIMEOUT_S", "2")
         monkeypatch.setenv("MINDFLOW_LLM_RETRY_BACKOFF_S", "0.01")
         for name, value in {"MINDFLOW_LLM": llm, "MINDFLOW_LLM_FALLBACK": fallback, **env}.items():
-            name = name if name.startswith("MINDFLOW_") or name.endswith("_KEY") else f"MINDFLOW_{name.upper()}"
+            name = (
+                name if name.startswith("MINDFLOW_") or name.endswith("_KEY") else f"MINDFLOW_{name.upper()}"
+            )
             if value is None:
                 monkeypatch.delenv(name, raising=False)
             else:

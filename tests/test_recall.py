@@ -14,9 +14,11 @@ from mindflow.inbox import ingest
 from mindflow.memories import publish
 from mindflow.patrol import run_patrol
 from mindflow.recall import (
+    BeingIndex,
     RecallConfig,
     cluster_memories,
     open_memories,
+    primitives,
     recall,
     rerank,
     sanitize_fts_query,
@@ -46,7 +48,13 @@ def _write(inbox, being, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         json.dumps(
-            {"id": i, "ts": (T0 + timedelta(days=d)).isoformat() + "Z", "speaker": "Lena", "role": "user", "text": t}
+            {
+                "id": i,
+                "ts": (T0 + timedelta(days=d)).isoformat() + "Z",
+                "speaker": "Lena",
+                "role": "user",
+                "text": t,
+            }
         )
         for i, t, d in rows
     ]
@@ -65,8 +73,24 @@ def table(settings, con, embedder):
 
 
 def ask(table, embedder, being, query, **kwargs):
+    """Recall from LanceDB, checked against the same recall from the being's hot index."""
     kwargs.setdefault("now", T0 + timedelta(days=50))
-    return recall(table, being, query, embedder.encode([query])[0], **kwargs)
+    vector = embedder.encode([query])[0]
+    found = recall(table, being, query, vector, **kwargs)
+    if table is not None:
+        index = hot_index(table, being)
+        hot = recall(table, being, query, lambda: vector, index=index, **kwargs)
+        assert [m.memory_ref for m in hot] == [m.memory_ref for m in found]
+        assert [m.score for m in hot] == pytest.approx([m.score for m in found], rel=1e-5)
+        assert [m.text for m in hot] == [m.text for m in found]
+    return found
+
+
+def hot_index(table, being):
+    rows = primitives.filtered_rows(
+        table, primitives.memory_filter(being, statuses=primitives.RECALLABLE), None
+    )
+    return BeingIndex(being, table.version, rows)
 
 
 def test_paraphrased_question_finds_its_memory_first(table, embedder):
@@ -147,7 +171,9 @@ def test_rrf_and_weighted_fusion_by_hand():
 def test_recency_and_decay_factors():
     config = RecallConfig(half_life_days=30, recency_floor=0.5, decay_exponent=0.5)
     now = datetime(2026, 11, 1)
-    factors = rerank.recency_factor([now, now - timedelta(days=30), now - timedelta(days=3000), None], now, config)
+    factors = rerank.recency_factor(
+        [now, now - timedelta(days=30), now - timedelta(days=3000), None], now, config
+    )
     assert factors == pytest.approx([1.0, 0.75, 0.5, 1.0], abs=1e-9)
     assert rerank.decay_factor(np.array([0.25, 1.0, 2.25]), config) == pytest.approx([0.5, 1.0, 1.0])
 

@@ -13,7 +13,7 @@ from mindflow import lance
 from mindflow.inbox import ingest
 from mindflow.memories import publish
 from mindflow.patrol import run_patrol
-from mindflow.recall import RecallConfig, open_memories, recall, rerank
+from mindflow.recall import BeingIndex, RecallConfig, open_memories, primitives, recall, rerank
 
 T0 = datetime(2026, 10, 1, 18, 0)
 # (id, speaker, text, seconds after T0)
@@ -56,11 +56,23 @@ def table(settings, con, embedder):
     return open_memories(settings.lance_path)
 
 
-def ranked(table, embedder, query: str, config: RecallConfig) -> list[str]:
-    found = recall(
-        table, "cleo", query, embedder.encode([query])[0], k=10, config=config, now=T0 + timedelta(days=30)
+def both(table, embedder, query: str, config: RecallConfig):
+    """Recall from LanceDB, checked against the same recall from the being's hot index."""
+    vector = embedder.encode([query])[0]
+    found = recall(table, "cleo", query, vector, k=10, config=config, now=T0 + timedelta(days=30))
+    rows = primitives.filtered_rows(
+        table, primitives.memory_filter("cleo", statuses=primitives.RECALLABLE), None
     )
-    return [m.source_episode_ids[0] for m in found]
+    index = BeingIndex("cleo", table.version, rows)
+    hot = recall(table, "cleo", query, vector, k=10, config=config, now=T0 + timedelta(days=30), index=index)
+    assert [(m.memory_ref, m.parts["context"]) for m in hot] == [
+        (m.memory_ref, pytest.approx(m.parts["context"], rel=1e-5)) for m in found
+    ]
+    return found
+
+
+def ranked(table, embedder, query: str, config: RecallConfig) -> list[str]:
+    return [m.source_episode_ids[0] for m in both(table, embedder, query, config)]
 
 
 def test_the_answer_rises_with_the_question_it_answers(table, embedder):
@@ -74,15 +86,7 @@ def test_the_answer_rises_with_the_question_it_answers(table, embedder):
 
 def test_context_stops_at_a_pause(table, embedder):
     query = "What did Cleo research about adoption?"
-    found = recall(
-        table,
-        "cleo",
-        query,
-        embedder.encode([query])[0],
-        k=10,
-        config=RecallConfig(min_similarity=0.0),
-        now=T0 + timedelta(days=30),
-    )
+    found = both(table, embedder, query, RecallConfig(min_similarity=0.0))
     lifted = {m.source_episode_ids[0]: m.parts["context"] for m in found}
     assert lifted["q2"] > 0 and lifted["q3"] > 0
     # days apart from the conversation: no neighbour to borrow from

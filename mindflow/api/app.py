@@ -105,11 +105,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def authorized_being(
+async def authorized_being(
     request: Request,
     being_id: Annotated[str, Path(description="A lower-case slug: 1-64 of a-z, 0-9, '-', '_'.")],
 ) -> str:
-    """401 without a known token, 422 for an invalid being id, 403 outside the token's beings."""
+    """401 without a known token, 422 for an invalid being id, 403 outside the token's beings.
+
+    Async, though it never waits: a sync dependency costs each request a hop to the threadpool.
+    """
     scopes: TokenScopes = request.app.state.tokens
     if scopes.enabled:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -146,6 +149,7 @@ def create_app(
         # The first recall should not pay for loading the model.
         await anyio.to_thread.run_sync(service.load_model)
         yield
+        service.hot.close()
 
     app = FastAPI(
         title="mindflow recall API",

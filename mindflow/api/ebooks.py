@@ -45,7 +45,7 @@ class EbookSearchResponse(BaseModel):
     hits: list[EbookHitOut]
 
 
-def authorized_token(request: Request) -> None:
+async def authorized_token(request: Request) -> None:
     """401 without a known bearer token when the server has tokens; any token's scope will do."""
     scopes: TokenScopes = request.app.state.tokens
     if scopes.enabled:

@@ -21,6 +21,7 @@ from mindflow.embeddings import Embedder
 from mindflow.errors import MindflowError
 from mindflow.models import utcnow
 from mindflow.recall import (
+    HotIndexes,
     Memory,
     RecallConfig,
     cluster_memories,
@@ -51,7 +52,7 @@ class QueryVectors:
             if vector is not None:
                 self._vectors.move_to_end(query)
                 return vector
-        vector = self.embedder.encode([query])[0]
+        vector = self.embedder.encode_query(query)
         with self._lock:
             self._vectors[query] = vector
             while len(self._vectors) > self.size:
@@ -108,13 +109,18 @@ class RecallService:
     def __init__(self, settings: Settings, config: RecallConfig | None = None):
         self.settings = settings
         self.config = config or RecallConfig.for_model(settings.embedding_model)
-        self.embedder = Embedder(model=settings.embedding_model, batch_size=settings.embedding_batch_size)
+        self.embedder = Embedder(
+            model=settings.embedding_model,
+            batch_size=settings.embedding_batch_size,
+            query_graph_dir=settings.models,
+        )
         self.vectors = QueryVectors(self.embedder, settings.api_query_cache)
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
+        self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows)
         self.model_ready = False
 
     def load_model(self) -> None:
-        self.embedder.encode(["warm up"])
+        self.embedder.encode_query("warm up")
         self.model_ready = True
 
     def lance_readable(self) -> bool:
@@ -155,17 +161,19 @@ class RecallService:
     ) -> list[Memory]:
         query = self.check_query(request.query)
         exclude = list(dict.fromkeys([*request.exclude_refs, *self.echo.shown(being_id, request.session)]))
+        table = self._table()
         return recall(
-            self._table(),
+            table,
             being_id,
             query,
-            self.vectors.get(query),
+            lambda: self.vectors.get(query),
             k=k,
             config=self.config,
             exclude_refs=exclude,
             since=request.since,
             until=request.until,
             now=now,
+            index=self.hot.get(table, being_id),
         )
 
     def recall(

@@ -14,6 +14,10 @@ from mindflow.inbox import validate_being_id
 from mindflow.memories import TABLE
 from mindflow.recall.models import COLUMNS
 
+# Recall returns active and dying memories; search_memory and a cluster's memories also
+# reach dormant and dead ones, as in the seed.
+RECALLABLE = ("active", "dying")
+SEARCHABLE = ("active", "dying", "dormant", "dead")
 MAX_QUERY_TERMS = 32
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 # Words the full-text parser may read as operators.

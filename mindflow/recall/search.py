@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -13,11 +14,12 @@ from mindflow import lance
 from mindflow.models import utcnow
 from mindflow.recall import primitives, rerank
 from mindflow.recall.config import RecallConfig
+from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import Memory
+from mindflow.recall.primitives import RECALLABLE, SEARCHABLE
+from mindflow.recall.retrieval import HotRetrieval, LanceRetrieval
 
-RECALLABLE = ("active", "dying")
-# search_memory and a cluster's memories also reach dormant and dead memories, as in the seed
-SEARCHABLE = ("active", "dying", "dormant", "dead")
+__all__ = ["RECALLABLE", "SEARCHABLE", "cluster_memories", "recall", "search_memory"]
 
 
 def _rows(table: pa.Table | None) -> list[dict]:
@@ -33,7 +35,7 @@ def recall(
     table,
     being_id: str,
     query: str,
-    query_vector: np.ndarray,
+    query_vector: np.ndarray | Callable[[], np.ndarray],
     *,
     k: int = 5,
     config: RecallConfig | None = None,
@@ -41,22 +43,34 @@ def recall(
     since: datetime | None = None,
     until: datetime | None = None,
     now: datetime | None = None,
+    index: BeingIndex | None = None,
 ) -> list[Memory]:
     """Hybrid recall: vector and full-text candidates fused, lifted by their context,
-    weighted by decay and recency, then MMR."""
+    weighted by decay and recency, then MMR.
+
+    `query_vector` may be a function returning it: the full-text search then starts
+    before the query is embedded. With the being's hot `index` (the server's), vectors,
+    context windows and rows come from memory and only the full text from the table.
+    """
     config = config or RecallConfig()
     where = primitives.memory_filter(
         being_id, statuses=RECALLABLE, exclude_refs=exclude_refs, since=since, until=until
     )
     if table is None or k <= 0:
         return []
+    if index is not None and index.being_id == being_id:
+        source = HotRetrieval(table, where, index, index.mask(exclude_refs, since, until))
+    else:
+        source = LanceRetrieval(table, where)
     limit, vector_limit = max(config.candidates, 2 * k), max(config.vector_candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
     by_vector = by_text = None
     if config.text_weight > 0:
-        by_text = _RETRIEVERS.submit(primitives.text_candidates, table, query, where, limit, slim)
+        by_text = _RETRIEVERS.submit(source.text, query, limit, slim)
+    if callable(query_vector):
+        query_vector = query_vector()
     if config.vector_weight > 0:
-        by_vector = primitives.vector_candidates(table, query_vector, where, vector_limit, slim)
+        by_vector = source.vector(query_vector, vector_limit, slim)
     by_text = by_text.result() if by_text is not None else None
     found = [t for t in (by_vector, by_text) if t is not None and t.num_rows]
     if not found:
@@ -98,7 +112,7 @@ def recall(
     support = cosine  # what the floor applies to: the memory's or, with context, its neighbourhood's
     if config.context_window > 0:
         pool, context, lifted, scored, around = _with_context(
-            table, where, pool, fused * decay * recency, k, config, score
+            source, pool, fused * decay * recency, k, config, score
         )
         if scored is not None:
             refs, vectors, cosine, v_rank, t_rank, bm, fused = scored
@@ -116,9 +130,7 @@ def recall(
     by_ref = {row["memory_ref"]: row for row in _rows(_of_refs(around, [refs[i] for i in chosen]))}
     missing = [refs[i] for i in chosen if refs[i] not in by_ref]
     if missing:
-        by_ref.update(
-            (row["memory_ref"], row) for row in _rows(primitives.rows_by_ref(table, where, missing))
-        )
+        by_ref.update((row["memory_ref"], row) for row in _rows(source.by_ref(missing)))
     out = []
     for i in chosen:
         row = by_ref.get(refs[i])
@@ -142,8 +154,7 @@ def recall(
 
 
 def _with_context(
-    table,
-    where: str,
+    source: LanceRetrieval,
     pool: pa.Table,
     weighted: np.ndarray,
     k: int,
@@ -164,7 +175,7 @@ def _with_context(
     also = pool.column("memory_ref").take(pa.array(ranked[: 3 * k], type=pa.int64())).to_pylist()
     # a safety bound for a being that writes many memories a minute
     limit = config.context_top * (2 * config.context_window + 1) * 20
-    around = primitives.rows_around(table, where, spans, limit, also)
+    around = source.around(spans, limit, also)
     if around is None or around.num_rows == 0:
         return pool, np.zeros(pool.num_rows), None, None, None
     known = set(pool.column("memory_ref").to_pylist())

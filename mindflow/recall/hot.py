@@ -1,0 +1,281 @@
+"""A being's recallable memories held in the server's memory, at one version of the table.
+
+LanceDB answers each recall query in 10-25 ms (a vector search, a read of the context
+windows, a read of the chosen rows), each query paying for its own filter and random
+reads. An agent asks hundreds of times a day, so the server keeps the unit vectors, times
+and rows of each being it serves (`BeingIndex`) and answers the vector search, the
+context windows and the rows from them; the full-text search stays in LanceDB.
+
+An index belongs to one table version. `HotIndexes.get` hands it out only while the table
+is still at that version; after a publish the request is answered from LanceDB as before
+while the index is rebuilt in the background (~0.4 s per 100,000 memories), so a recall
+never sees stale memories. The indexes are bounded by a number of rows (least recently
+used beings go first; a being larger than the whole budget is always served from LanceDB).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from mindflow import lance
+from mindflow.inbox import validate_being_id
+from mindflow.memories import TABLE
+from mindflow.recall import primitives
+from mindflow.recall.models import COLUMNS
+
+log = logging.getLogger(__name__)
+
+
+def _naive_us(value: datetime) -> np.datetime64:
+    """A filter bound as the table stores times: naive UTC, microseconds."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return np.datetime64(value, "us")
+
+
+# An int8 scan picks the candidates of the exact cosine from this many memories on
+# (below it a float32 scan takes under 3 ms); COARSE candidates at least.
+INT8_SCAN_FROM = 20_000
+COARSE = 256
+
+
+class Int8Scan:
+    """Approximate dot products with every memory at a quarter of float32's memory traffic.
+
+    A scan of 100,000 float32 vectors reads 150 MB and takes ~15 ms on one core; the
+    int8 codes of the unit vectors (one scale for all) are read by onnxruntime's
+    MatMulInteger (VNNI where the CPU has it) in ~4 ms. The codes only choose
+    candidates; `BeingIndex.nearest` ranks them by their float32 cosine, so the order
+    returned is exact as long as the true nearest are among the candidates (at 256
+    candidates for 30 results they are on MiniLM vectors; tests/test_recall_hot.py).
+    """
+
+    def __init__(self, session, scale: float):
+        self.session = session
+        self.scale = scale
+
+    @classmethod
+    def build(cls, vectors: np.ndarray) -> Int8Scan | None:
+        try:
+            import onnxruntime
+            from onnx import TensorProto, helper, numpy_helper
+        except ImportError:
+            return None
+        n, dim = vectors.shape
+        scale = 127.0 / max(float(np.abs(vectors).max()), 1e-12)
+        codes = np.clip(np.rint(vectors * scale), -127, 127).astype(np.int8)
+        graph = helper.make_graph(
+            [helper.make_node("MatMulInteger", ["query", "codes", "zero"], ["scores"])],
+            "int8_scan",
+            [helper.make_tensor_value_info("query", TensorProto.UINT8, [1, dim])],
+            [helper.make_tensor_value_info("scores", TensorProto.INT32, [1, n])],
+            initializer=[
+                numpy_helper.from_array(np.ascontiguousarray(codes.T), "codes"),
+                numpy_helper.from_array(np.array(128, dtype=np.uint8), "zero"),
+            ],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        session = onnxruntime.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        return cls(session, scale)
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        """int32 scores, in the order of the vectors: larger is more similar."""
+        step = 127.0 / max(float(np.abs(query).max()), 1e-12)
+        code = (np.clip(np.rint(query * step), -127, 127) + 128).astype(np.uint8)[None]
+        return self.session.run(None, {"query": code})[0][0]
+
+
+class BeingIndex:
+    """One being's recallable memories at table `version`, in time order."""
+
+    def __init__(self, being_id: str, version: int, rows: pa.Table, snapshot=None):
+        self.being_id = being_id
+        self.version = version
+        # The table opened at `version` (never re-reading it): full-text searches through it
+        # see exactly the memories of the index, without a version check per query.
+        self.snapshot = snapshot
+        if rows.num_rows:
+            rows = rows.sort_by([("ts", "ascending"), ("memory_ref", "ascending")])
+        vectors = primitives.vectors_of(rows) if rows.num_rows else np.zeros((0, 0), np.float32)
+        if len(vectors):
+            vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+        self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        self.rows = rows.select(COLUMNS)
+        self.ts = rows.column("ts").to_numpy() if rows.num_rows else np.zeros(0, "datetime64[us]")
+        self.refs = rows.column("memory_ref").to_pylist()
+        self.position = {ref: i for i, ref in enumerate(self.refs)}
+        self.dim = self.vectors.shape[1] if self.vectors.ndim == 2 else 0
+        self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def mask(
+        self,
+        exclude_refs: tuple[str, ...] | list[str] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> np.ndarray:
+        """The memories a request may see: the horizon and the refs it excludes applied."""
+        keep = np.ones(len(self), dtype=bool)
+        if since is not None:
+            keep &= self.ts >= _naive_us(since)
+        if until is not None:
+            keep &= self.ts <= _naive_us(until)
+        if since is not None or until is not None:
+            keep &= ~np.isnat(self.ts)
+        for ref in exclude_refs:
+            i = self.position.get(ref)
+            if i is not None:
+                keep[i] = False
+        return keep
+
+    def nearest(self, vector: np.ndarray, keep: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """The `limit` most similar visible memories by exact cosine, best first: (positions, cosines).
+
+        From INT8_SCAN_FROM memories on, an int8 scan of every memory picks the
+        `max(COARSE, 8 x limit)` best first, and their float32 cosines rank them.
+        """
+        if len(self) == 0 or limit <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        q = np.asarray(vector, dtype=np.float32)
+        q = q / max(float(np.linalg.norm(q)), 1e-12)
+        visible = int(keep.sum())
+        limit = min(limit, visible)
+        if limit == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        coarse = max(COARSE, 8 * limit)
+        if self.scan is not None and coarse < visible:
+            approx = self.scan.scores(q)
+            if visible < len(keep):
+                approx[~keep] = np.iinfo(np.int32).min
+            candidates = np.argpartition(approx, len(approx) - coarse)[len(approx) - coarse :]
+            cosine = self.vectors[candidates] @ q
+        else:
+            candidates = np.flatnonzero(keep)
+            cosine = self.vectors[candidates] @ q if visible < len(keep) else self.vectors @ q
+        best = np.argpartition(-cosine, limit - 1)[:limit] if limit < len(cosine) else np.arange(len(cosine))
+        best = best[np.argsort(-cosine[best], kind="stable")]
+        return candidates[best].astype(np.int64), cosine[best]
+
+    def around(
+        self, spans: list[tuple[datetime, datetime]], keep: np.ndarray, limit: int, also: list[str] = ()
+    ) -> np.ndarray:
+        """Positions of the visible memories inside the time spans, plus those `also` names."""
+        chosen: list[np.ndarray] = []
+        for start, end in spans:
+            lo = np.searchsorted(self.ts, _naive_us(start), side="left")
+            hi = np.searchsorted(self.ts, _naive_us(end), side="right")
+            chosen.append(np.arange(lo, hi))
+        chosen.append(self.positions(also))
+        found = np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
+        found = found[keep[found]]
+        return found[: limit + len(also)]
+
+    def positions(self, refs) -> np.ndarray:
+        """Positions of the refs this index holds, in the order given; unknown refs are skipped."""
+        return np.array([self.position[r] for r in refs if r in self.position], dtype=np.int64)
+
+    def rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
+        """These memories as rows of `columns`, with `vector` as LanceDB returns it."""
+        index = pa.array(positions, type=pa.int64())
+        out = {}
+        for name in columns:
+            if name == "vector":
+                flat = pa.array(self.vectors[positions].reshape(-1), type=pa.float32())
+                out[name] = pa.FixedSizeListArray.from_arrays(flat, self.dim)
+            else:
+                out[name] = self.rows.column(name).take(index)
+        return pa.table(out)
+
+
+class HotIndexes:
+    """The server's `BeingIndex`es: least recently used first out, at most `max_rows` rows in all."""
+
+    def __init__(self, lance_path: Path, max_rows: int):
+        self.lance_path = lance_path
+        self.max_rows = max_rows
+        self._indexes: OrderedDict[str, BeingIndex] = OrderedDict()
+        self._building: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mindflow-hot-index")
+        self._too_big: dict[str, int] = {}  # being -> table version at which it did not fit
+
+    @property
+    def rows(self) -> int:
+        with self._lock:
+            return sum(len(i) for i in self._indexes.values())
+
+    def get(self, table, being_id: str) -> BeingIndex | None:
+        """The being's index if it matches the table's current version; else starts a rebuild."""
+        validate_being_id(being_id)
+        if self.max_rows <= 0 or table is None:
+            return None
+        version = table.version
+        with self._lock:
+            index = self._indexes.get(being_id)
+            if index is not None and index.version == version:
+                self._indexes.move_to_end(being_id)
+                return index
+            if self._too_big.get(being_id) == version or being_id in self._building:
+                return None
+            self._building[being_id] = threading.Event()
+        self._builder.submit(self._build, being_id)
+        return None
+
+    def wait(self, being_id: str, timeout: float = 30.0) -> bool:
+        """Block until a rebuild of the being's index under way finishes (tests, warm-up)."""
+        with self._lock:
+            done = self._building.get(being_id)
+        return True if done is None else done.wait(timeout)
+
+    def _build(self, being_id: str) -> None:
+        try:
+            # A connection of its own that never re-reads the version: the rows and the
+            # version they are labelled with come from one snapshot.
+            table = lance.snapshot(self.lance_path, TABLE)
+            if table is None:
+                return
+            version = table.version
+            where = primitives.memory_filter(being_id, statuses=primitives.RECALLABLE)
+            index = BeingIndex(being_id, version, primitives.filtered_rows(table, where, None), table)
+            with self._lock:
+                self._indexes.pop(being_id, None)
+                if len(index) > self.max_rows:
+                    self._too_big[being_id] = version
+                    log.info(
+                        "being %s has %d memories, more than the hot-index budget of %d rows:"
+                        " its recalls read LanceDB",
+                        being_id,
+                        len(index),
+                        self.max_rows,
+                    )
+                    return
+                self._indexes[being_id] = index
+                total = sum(len(i) for i in self._indexes.values())
+                while total > self.max_rows:
+                    _, evicted = self._indexes.popitem(last=False)
+                    total -= len(evicted)
+        except Exception:  # noqa: BLE001 - the request path falls back to LanceDB
+            log.exception("could not build the hot index of being %s", being_id)
+        finally:
+            with self._lock:
+                done = self._building.pop(being_id, None)
+            if done is not None:
+                done.set()
+
+    def close(self) -> None:
+        self._builder.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,263 @@
+"""The server's fast path: the ONNX query encoder and the per-being hot indexes.
+
+Both must change nothing but speed: the same vectors as sentence-transformers, the same
+memories as a recall read from LanceDB, and never a memory of a version the table left.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, date, datetime, timedelta
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mindflow import lance, onnx_encoder, store
+from mindflow.api import models
+from mindflow.api.service import RecallService
+from mindflow.embeddings import Embedder, model_dir
+from mindflow.errors import MindflowError
+from mindflow.inbox import ingest
+from mindflow.memories import publish
+from mindflow.patrol import run_patrol
+from mindflow.recall import BeingIndex, HotIndexes, RecallConfig, open_memories, recall
+from mindflow.recall.hot import INT8_SCAN_FROM
+from mindflow.recall.models import COLUMNS
+
+T0 = datetime(2026, 10, 1, 9, 0)
+NOW = T0 + timedelta(days=50)
+TEXTS = [
+    "I went camping with my kids last summer near the lake.",
+    "what did Caroline research?",
+    "Order id -100123:45 failed reconciliation twice",
+    "Zürich, 14:30 — Entscheidung: wir nehmen DuckDB 🦆",
+    "x",
+    " ".join(["the long meeting about the ledgerline deploy window went on and on"] * 40),  # > 256 tokens
+]
+
+
+def test_query_encoder_gives_the_vectors_of_sentence_transformers(models_dir, embedder):
+    fast = Embedder(query_graph_dir=models_dir)
+    assert fast.query_encoder() is not None
+    expected = embedder.encode(TEXTS)
+    got = np.stack([fast.encode_query(t) for t in TEXTS])
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert (got * expected).sum(axis=1).min() > 0.9999
+
+
+def test_the_graph_is_exported_once_and_reused(tmp_path, embedder):
+    first = Embedder(query_graph_dir=tmp_path)
+    first.encode_query("warm up")
+    graphs = list(tmp_path.glob("*.onnx"))
+    assert len(graphs) == 1 and graphs[0].name.startswith("all-MiniLM-L6-v2-")
+    stamp = graphs[0].stat().st_mtime_ns
+    again = Embedder(query_graph_dir=tmp_path)
+    vector = again.encode_query("warm up")
+    assert [g.stat().st_mtime_ns for g in tmp_path.glob("*.onnx")] == [stamp]
+    assert float(vector @ embedder.encode(["warm up"])[0]) > 0.9999
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_models_the_encoder_cannot_reproduce_stay_on_sentence_transformers(tmp_path, embedder):
+    source = model_dir("all-MiniLM-L6-v2")
+    copy = tmp_path / "cls-model"
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("*.safetensors"))
+    pooling = json.loads((copy / "1_Pooling" / "config.json").read_text())
+    assert onnx_encoder._modules(copy) is not None
+    pooling.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    (copy / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    assert onnx_encoder._modules(copy) is None
+    assert onnx_encoder.load(copy, tmp_path / "graphs", lambda: pytest.fail("must not load"), "cls") is None
+    assert onnx_encoder.load(None, tmp_path / "graphs", lambda: pytest.fail("must not load"), "hub") is None
+    # without a graph directory, and for remote models, encode_query is encode([text])[0]
+    plain = Embedder()
+    assert plain.query_encoder() is None
+    assert np.array_equal(plain.encode_query("hello"), embedder.encode(["hello"])[0])
+
+
+def _write(inbox, being, rows):
+    path = inbox / being / "episodes.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"id": i, "ts": (T0 + timedelta(days=d)).isoformat() + "Z", "speaker": "Lena", "text": t}
+            )
+            + "\n"
+            for i, t, d in rows
+        )
+    )
+
+
+ADA = [
+    ("a1", "Lena asked to move the ledgerline deploy window to Thursday afternoons.", 0),
+    ("a2", "The flaky Postgres migration 0042 locks the payments table for a minute.", 1),
+    ("a3", "We decided to use DuckDB for the reconciliation reports.", 2),
+    ("a4", "Lena's daughter has a school play on Friday evening.", 40),
+    ("a5", "Code review of the CSV importer found a timezone bug in parse_date.", 41),
+]
+BRAM = [
+    ("b1", "Tomas ran 14 km along the river this morning.", 0),
+    ("b2", "Miso the cat is allergic to chicken.", 1),
+    ("b3", "The deploy of Tomas's new bike rack went fine.", 2),
+]
+
+
+def _pipeline(settings, embedder, beings):
+    with store.connect(settings.duckdb_path) as con:
+        ingest(con, settings.inbox, date(2026, 9, 1), date(2026, 12, 31))
+        for being in beings:
+            run_patrol(con, being, embedder, now=NOW)
+        publish(con, lance.connect(settings.lance_path))
+
+
+@pytest.fixture
+def published(settings, embedder):
+    _write(settings.inbox, "ada", ADA)
+    _write(settings.inbox, "bram", BRAM)
+    _pipeline(settings, embedder, ["ada", "bram"])
+    return settings
+
+
+def test_an_index_serves_only_the_version_it_was_built_from(published, embedder):
+    table = open_memories(published.lance_path)
+    hot = HotIndexes(published.lance_path, max_rows=1_000)
+    try:
+        assert hot.get(table, "ada") is None  # first sight: built in the background
+        assert hot.wait("ada")
+        index = hot.get(table, "ada")
+        assert index is not None and len(index) == len(ADA) and index.version == table.version
+        assert index.being_id == "ada" and set(index.rows.column("being_id").to_pylist()) == {"ada"}
+        # a publish moves the table on: the old index is not handed out again
+        _write(published.inbox, "ada", [("a9", "Fed the sourdough starter and baked a rye loaf.", 45)])
+        _pipeline(published, embedder, ["ada"])
+        assert table.version != index.version
+        assert hot.get(table, "ada") is None
+        assert hot.wait("ada")
+        rebuilt = hot.get(table, "ada")
+        assert rebuilt is not None and len(rebuilt) == len(ADA) + 1
+        query = "sourdough rye"
+        found = recall(table, "ada", query, embedder.encode([query])[0], k=1, now=NOW, index=rebuilt)
+        assert found[0].source_episode_ids == ["a9"]
+    finally:
+        hot.close()
+
+
+def test_the_budget_evicts_the_least_recently_used_being(published):
+    table = open_memories(published.lance_path)
+    hot = HotIndexes(published.lance_path, max_rows=len(ADA) + 1)
+    try:
+        hot.get(table, "ada")
+        hot.wait("ada")
+        assert hot.get(table, "ada") is not None
+        hot.get(table, "bram")
+        hot.wait("bram")
+        assert hot.get(table, "bram") is not None and hot.rows == len(BRAM)
+        assert hot.get(table, "ada") is None  # evicted for bram; rebuilt in the background
+        hot.wait("ada")
+        # a being larger than the whole budget is served from LanceDB, and not rebuilt on every request
+        small = HotIndexes(published.lance_path, max_rows=len(ADA) - 1)
+        assert small.get(table, "ada") is None
+        small.wait("ada")
+        assert small.get(table, "ada") is None and small.rows == 0
+        assert "ada" not in small._building
+        small.close()
+        assert HotIndexes(published.lance_path, max_rows=0).get(table, "ada") is None
+    finally:
+        hot.close()
+
+
+def test_a_hostile_being_id_reaches_no_index(published):
+    table = open_memories(published.lance_path)
+    hot = HotIndexes(published.lance_path, max_rows=1_000)
+    try:
+        for hostile in ["ada' OR '1'='1", "ada/../bram", ""]:
+            with pytest.raises(MindflowError):
+                hot.get(table, hostile)
+        assert hot.rows == 0 and not hot._building
+    finally:
+        hot.close()
+
+
+def test_the_service_answers_the_same_from_its_index(published, embedder):
+    service = RecallService(published, RecallConfig.for_model("all-MiniLM-L6-v2"))
+    try:
+        asks = [
+            models.RecallRequest(query="which database for the reports?", k=3),
+            models.RecallRequest(query="deploy window", k=5, exclude_refs=[]),
+            models.RecallRequest(
+                query="CSV importer bug",
+                k=5,
+                since=datetime(2026, 11, 1, tzinfo=UTC),
+                until=NOW.replace(tzinfo=UTC),
+            ),
+        ]
+        cold = [service.recall("ada", a) for a in asks]
+        assert service.hot.wait("ada")
+        table = open_memories(published.lance_path)
+        assert service.hot.get(table, "ada") is not None
+        warm = [service.recall("ada", a) for a in asks]
+        for before, after in zip(cold, warm, strict=True):
+            assert [m.memory_ref for m in after.memories] == [m.memory_ref for m in before.memories]
+            assert [m.score for m in after.memories] == pytest.approx(
+                [m.score for m in before.memories], rel=1e-5
+            )
+        assert cold[0].memories and cold[0].memories[0].source_episode_ids == ["a3"]
+        assert all(m.ts >= datetime(2026, 11, 1) for m in cold[2].memories)
+        # the exclusions of a request reach the index path too
+        first = warm[1].memories[0].memory_ref
+        again = service.recall("ada", models.RecallRequest(query="deploy window", k=5, exclude_refs=[first]))
+        assert first not in [m.memory_ref for m in again.memories]
+    finally:
+        service.hot.close()
+
+
+def _synthetic_index(n: int, dim: int = 384, seed: int = 3) -> tuple[BeingIndex, np.ndarray]:
+    """n memories whose vectors cluster like sentence embeddings do (a shared direction plus topics)."""
+    rng = np.random.default_rng(seed)
+    topics = rng.normal(size=(50, dim))
+    vectors = 0.6 * topics[rng.integers(0, 50, n)] + rng.normal(size=(n, dim)) + 2.0 * rng.normal(size=dim)
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    ts = np.datetime64("2026-01-01T00:00:00", "us") + np.arange(n).astype("timedelta64[m]")
+    rows = pa.table(
+        {
+            **{c: pa.nulls(n, pa.string()) for c in COLUMNS},
+            "memory_ref": [f"m{i:06d}" for i in range(n)],
+            "being_id": ["ada"] * n,
+            "ts": pa.array(ts, pa.timestamp("us")),
+            "themes": pa.nulls(n, pa.list_(pa.string())),
+            "when_dates": pa.nulls(n, pa.list_(pa.string())),
+            "source_episode_ids": pa.nulls(n, pa.list_(pa.string())),
+            "importance": pa.nulls(n, pa.float32()),
+            "decay_score": pa.nulls(n, pa.float32()),
+            "pinned": pa.nulls(n, pa.bool_()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
+        }
+    )
+    return BeingIndex("ada", 1, rows), vectors
+
+
+def test_the_int8_scan_returns_the_exact_nearest(embedder):
+    index, vectors = _synthetic_index(INT8_SCAN_FROM + 5_000)
+    assert index.scan is not None
+    rng = np.random.default_rng(11)
+    keep = np.ones(len(index), dtype=bool)
+    horizon = index.mask(since=datetime(2026, 1, 10), until=datetime(2026, 1, 20))
+    assert 0 < horizon.sum() < len(index)
+    for probe in range(40):
+        q = vectors[rng.integers(len(vectors))] + 0.3 * rng.normal(size=vectors.shape[1]).astype(np.float32)
+        for visible, limit in ((keep, 30), (keep, 100), (horizon, 30)):
+            positions, cosine = index.nearest(q, visible, limit)
+            exact = (vectors @ (q / np.linalg.norm(q))).astype(np.float64)
+            exact[~visible] = -np.inf
+            expected = np.argsort(-exact, kind="stable")[:limit]
+            assert list(positions) == list(expected), probe
+            assert cosine == pytest.approx(exact[expected], abs=1e-5)
+    # a small index scans float32 directly and agrees too
+    small, small_vectors = _synthetic_index(500)
+    assert small.scan is None
+    positions, _ = small.nearest(small_vectors[7], np.ones(500, dtype=bool), 5)
+    assert positions[0] == 7
