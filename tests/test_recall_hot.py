@@ -261,3 +261,23 @@ def test_the_int8_scan_returns_the_exact_nearest(embedder):
     assert small.scan is None
     positions, _ = small.nearest(small_vectors[7], np.ones(500, dtype=bool), 5)
     assert positions[0] == 7
+
+
+def test_the_server_says_which_path_answered(published):
+    import httpx
+
+    from mindflow.api import create_app
+    from mindflow.api.server import BackgroundServer
+
+    app = create_app(published)
+    with BackgroundServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        body = {"query": "which database for the reports?", "k": 3}
+        cold = http.post("/v1/beings/ada/recall", json=body)
+        assert cold.status_code == 200 and cold.headers["x-mindflow-recall"] == "lance"
+        assert app.state.service.hot.wait("ada")
+        warm = http.post("/v1/beings/ada/recall", json=body)
+        assert warm.status_code == 200 and warm.headers["x-mindflow-recall"] == "hot"
+        assert [m["memory_ref"] for m in warm.json()["memories"]] == [
+            m["memory_ref"] for m in cold.json()["memories"]
+        ]
+        assert warm.json()["memories"][0]["source_episode_ids"] == ["a3"]

@@ -198,10 +198,16 @@ def create_app(
 
     @v1.post("/recall", response_model=models.RecallResponse, tags=["recall"])
     def recall(
-        being_id: Being, body: models.RecallRequest, background: BackgroundTasks
+        being_id: Being, body: models.RecallRequest, background: BackgroundTasks, response: Response
     ) -> models.RecallResponse:
-        """Hybrid recall of active memories: vector + full text, decay, recency, MMR."""
-        return service.recall(being_id, body, background.add_task)
+        """Hybrid recall of active memories: vector + full text, decay, recency, MMR.
+
+        The `X-Mindflow-Recall` header says where the candidates came from: `hot` (the
+        being's in-memory index) or `lance` (read from LanceDB while that index is built).
+        """
+        answer = service.recall(being_id, body, background.add_task)
+        response.headers["X-Mindflow-Recall"] = service.served_from()
+        return answer
 
     @v1.post("/resonance", response_model=models.ResonanceResponse, tags=["recall"])
     def resonance(

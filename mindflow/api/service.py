@@ -117,6 +117,7 @@ class RecallService:
         self.vectors = QueryVectors(self.embedder, settings.api_query_cache)
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
         self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows)
+        self._served = threading.local()
         self.model_ready = False
 
     def load_model(self) -> None:
@@ -162,6 +163,9 @@ class RecallService:
         query = self.check_query(request.query)
         exclude = list(dict.fromkeys([*request.exclude_refs, *self.echo.shown(being_id, request.session)]))
         table = self._table()
+        index = self.hot.get(table, being_id)
+        # Which path answered, for the X-Mindflow-Recall header (the endpoint runs in this thread).
+        self._served.source = "hot" if index is not None else "lance"
         return recall(
             table,
             being_id,
@@ -173,8 +177,12 @@ class RecallService:
             since=request.since,
             until=request.until,
             now=now,
-            index=self.hot.get(table, being_id),
+            index=index,
         )
+
+    def served_from(self) -> str:
+        """`hot` or `lance`: where this thread's last recall read its candidates."""
+        return getattr(self._served, "source", "lance")
 
     def recall(
         self, being_id: str, request: models.RecallRequest, defer: Defer | None = None

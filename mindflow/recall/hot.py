@@ -115,8 +115,11 @@ class BeingIndex:
         self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self.rows = rows.select(COLUMNS)
         self.ts = rows.column("ts").to_numpy() if rows.num_rows else np.zeros(0, "datetime64[us]")
-        self.refs = rows.column("memory_ref").to_pylist()
-        self.position = {ref: i for i, ref in enumerate(self.refs)}
+        # Refs as a fixed-width numpy array and a sorted copy for look-ups: no Python object
+        # per memory, so the garbage collector never walks 100,000 strings mid-request.
+        self.refs = np.array(rows.column("memory_ref").to_pylist(), dtype=str)
+        self._by_ref = np.argsort(self.refs, kind="stable")
+        self._sorted_refs = self.refs[self._by_ref]
         self.dim = self.vectors.shape[1] if self.vectors.ndim == 2 else 0
         self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None
 
@@ -137,10 +140,8 @@ class BeingIndex:
             keep &= self.ts <= _naive_us(until)
         if since is not None or until is not None:
             keep &= ~np.isnat(self.ts)
-        for ref in exclude_refs:
-            i = self.position.get(ref)
-            if i is not None:
-                keep[i] = False
+        if exclude_refs:
+            keep[self.positions(exclude_refs)] = False
         return keep
 
     def nearest(self, vector: np.ndarray, keep: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -187,7 +188,12 @@ class BeingIndex:
 
     def positions(self, refs) -> np.ndarray:
         """Positions of the refs this index holds, in the order given; unknown refs are skipped."""
-        return np.array([self.position[r] for r in refs if r in self.position], dtype=np.int64)
+        wanted = np.array(list(refs), dtype=str)
+        if len(wanted) == 0 or len(self) == 0:
+            return np.zeros(0, dtype=np.int64)
+        at = np.searchsorted(self._sorted_refs, wanted).clip(max=len(self) - 1)
+        found = self._sorted_refs[at] == wanted
+        return self._by_ref[at[found]].astype(np.int64)
 
     def rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
         """These memories as rows of `columns`, with `vector` as LanceDB returns it."""

@@ -59,7 +59,7 @@ class HotRetrieval(LanceRetrieval):
         positions = self.index.positions(scores)
         positions = positions[self.keep[positions]]
         rows = self.index.rows_at(positions, columns)
-        ordered = [scores[self.index.refs[p]] for p in positions]
+        ordered = [scores[str(self.index.refs[p])] for p in positions]
         return rows.append_column("_score", pa.array(ordered, type=pa.float32()))
 
     def around(self, spans, limit: int, also: list[str]) -> pa.Table | None:
