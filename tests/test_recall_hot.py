@@ -14,6 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+# The memories of the ranking tests: ada's work and family life, bram's runs and cat.
+from test_recall import ADA, BRAM, T0, _write
+
 from mindflow import lance, onnx_encoder, store
 from mindflow.api import models
 from mindflow.api.service import RecallService
@@ -26,7 +29,6 @@ from mindflow.recall import BeingIndex, HotIndexes, RecallConfig, open_memories,
 from mindflow.recall.hot import INT8_SCAN_FROM
 from mindflow.recall.models import COLUMNS
 
-T0 = datetime(2026, 10, 1, 9, 0)
 NOW = T0 + timedelta(days=50)
 TEXTS = [
     "I went camping with my kids last summer near the lake.",
@@ -76,34 +78,6 @@ def test_models_the_encoder_cannot_reproduce_stay_on_sentence_transformers(tmp_p
     plain = Embedder()
     assert plain.query_encoder() is None
     assert np.array_equal(plain.encode_query("hello"), embedder.encode(["hello"])[0])
-
-
-def _write(inbox, being, rows):
-    path = inbox / being / "episodes.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        "".join(
-            json.dumps(
-                {"id": i, "ts": (T0 + timedelta(days=d)).isoformat() + "Z", "speaker": "Lena", "text": t}
-            )
-            + "\n"
-            for i, t, d in rows
-        )
-    )
-
-
-ADA = [
-    ("a1", "Lena asked to move the ledgerline deploy window to Thursday afternoons.", 0),
-    ("a2", "The flaky Postgres migration 0042 locks the payments table for a minute.", 1),
-    ("a3", "We decided to use DuckDB for the reconciliation reports.", 2),
-    ("a4", "Lena's daughter has a school play on Friday evening.", 40),
-    ("a5", "Code review of the CSV importer found a timezone bug in parse_date.", 41),
-]
-BRAM = [
-    ("b1", "Tomas ran 14 km along the river this morning.", 0),
-    ("b2", "Miso the cat is allergic to chicken.", 1),
-    ("b3", "The deploy of Tomas's new bike rack went fine.", 2),
-]
 
 
 def _pipeline(settings, embedder, beings):
