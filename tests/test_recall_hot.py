@@ -255,3 +255,32 @@ def test_the_server_says_which_path_answered(published):
             m["memory_ref"] for m in cold.json()["memories"]
         ]
         assert warm.json()["memories"][0]["source_episode_ids"] == ["a3"]
+
+
+def test_a_failed_build_is_not_retried_until_the_table_moves_on(published, embedder, monkeypatch):
+    from mindflow.recall import hot as hot_module
+
+    table = open_memories(published.lance_path)
+    hot = HotIndexes(published.lance_path, max_rows=1_000)
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(args)
+        raise OSError("disk read failed")
+
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(hot_module.primitives, "filtered_rows", broken)
+            assert hot.get(table, "ada") is None
+            assert hot.wait("ada")
+            for _ in range(3):  # answered from LanceDB, without a rebuild per request
+                assert hot.get(table, "ada") is None
+                assert hot.wait("ada")
+            assert len(calls) == 1
+        _write(published.inbox, "ada", [("a9", "Fed the sourdough starter and baked a rye loaf.", 45)])
+        _pipeline(published, embedder, ["ada"])
+        assert hot.get(table, "ada") is None  # a new version: built again, and it works now
+        assert hot.wait("ada")
+        assert hot.get(table, "ada") is not None
+    finally:
+        hot.close()

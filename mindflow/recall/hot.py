@@ -218,7 +218,9 @@ class HotIndexes:
         self._building: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mindflow-hot-index")
-        self._too_big: dict[str, int] = {}  # being -> table version at which it did not fit
+        # being -> the table version at which its index did not fit or could not be built:
+        # no rebuild is tried again before the table moves on.
+        self._skip: dict[str, int] = {}
 
     @property
     def rows(self) -> int:
@@ -236,10 +238,10 @@ class HotIndexes:
             if index is not None and index.version == version:
                 self._indexes.move_to_end(being_id)
                 return index
-            if self._too_big.get(being_id) == version or being_id in self._building:
+            if self._skip.get(being_id) == version or being_id in self._building:
                 return None
             self._building[being_id] = threading.Event()
-        self._builder.submit(self._build, being_id)
+        self._builder.submit(self._build, being_id, version)
         return None
 
     def wait(self, being_id: str, timeout: float = 30.0) -> bool:
@@ -248,7 +250,7 @@ class HotIndexes:
             done = self._building.get(being_id)
         return True if done is None else done.wait(timeout)
 
-    def _build(self, being_id: str) -> None:
+    def _build(self, being_id: str, seen_version: int) -> None:
         try:
             # A connection of its own that never re-reads the version: the rows and the
             # version they are labelled with come from one snapshot.
@@ -261,7 +263,7 @@ class HotIndexes:
             with self._lock:
                 self._indexes.pop(being_id, None)
                 if len(index) > self.max_rows:
-                    self._too_big[being_id] = version
+                    self._skip[being_id] = version
                     log.info(
                         "being %s has %d memories, more than the hot-index budget of %d rows:"
                         " its recalls read LanceDB",
@@ -277,6 +279,8 @@ class HotIndexes:
                     total -= len(evicted)
         except Exception:  # noqa: BLE001 - the request path falls back to LanceDB
             log.exception("could not build the hot index of being %s", being_id)
+            with self._lock:
+                self._skip[being_id] = seen_version
         finally:
             with self._lock:
                 done = self._building.pop(being_id, None)
