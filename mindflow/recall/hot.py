@@ -8,7 +8,7 @@ context windows and the rows from them; the full-text search stays in LanceDB.
 
 An index belongs to one table version. `HotIndexes.get` hands it out only while the table
 is still at that version; after a publish the request is answered from LanceDB as before
-while the index is rebuilt in the background (~0.4 s per 100,000 memories), so a recall
+while the index is rebuilt in the background (~3 s per 100,000 memories), so a recall
 never sees stale memories. The indexes are bounded by a number of rows (least recently
 used beings go first; a being larger than the whole budget is always served from LanceDB).
 """
