@@ -84,15 +84,11 @@ class _Episode:
 def pending_episodes(con: duckdb.DuckDBPyConnection, being_id: str) -> list[_Episode]:
     """Episodes without a usable scene (none yet, or only [PARSE_FAILED] notes), oldest first."""
     rows = con.execute(
-        """
+        f"""
         SELECT e.episode_id, strftime(e.day, '%Y-%m-%d'), coalesce(e.speaker, e.role, 'unknown'),
                e.text, e.ts
         FROM episodes e
-        WHERE e.being_id = ?
-          AND NOT EXISTS (
-              SELECT 1 FROM scene_notes s
-              WHERE s.being_id = e.being_id AND s.note_status = 'ok'
-                AND list_contains(s.episode_ids, e.episode_id))
+        WHERE e.being_id = ? AND {store.WITHOUT_SCENE}
         ORDER BY e.ts, e.episode_id
         """,
         [being_id],

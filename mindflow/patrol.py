@@ -95,22 +95,18 @@ def step_fold_events(
 def step_scenes(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> StepReport:
     """❶a One scene per episode without one: action = text, actors = [speaker], when = [date]."""
     rows = con.execute(
-        """
+        f"""
         INSERT INTO scene_notes (scene_id, being_id, episode_ids, action, actors, "when", setting,
             dialogue, sensory, feeling, importance, themes, emotion, note_status, raw, extractor,
             created_at)
         SELECT 's-' || substr(sha256(e.being_id || chr(31) || e.episode_id), 1, 24),
                e.being_id, [e.episode_id], e.text, [coalesce(e.speaker, e.role, 'unknown')],
-               [{'date': strftime(e.day, '%Y-%m-%d'), 'action': NULL}],
+               [{{'date': strftime(e.day, '%Y-%m-%d'), 'action': NULL}}],
                NULL, NULL, NULL, NULL,
                least(1.0, greatest(0.0, coalesce(e.importance, 0.5))),
                coalesce(e.tags, []::VARCHAR[]), NULL, 'ok', NULL, 'mechanical', ?
         FROM episodes e
-        WHERE e.being_id = ?
-          AND NOT EXISTS (
-              SELECT 1 FROM scene_notes s
-              WHERE s.being_id = e.being_id AND s.note_status = 'ok'
-                AND list_contains(s.episode_ids, e.episode_id))
+        WHERE e.being_id = ? AND {store.WITHOUT_SCENE}
         ORDER BY e.ts
         ON CONFLICT (scene_id) DO NOTHING
         RETURNING scene_id

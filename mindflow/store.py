@@ -294,6 +294,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
+# An episode (alias `e`) that no usable scene note covers yet: none, or only [PARSE_FAILED]
+# ones. The patrol gives such episodes mechanical scenes, extraction sends them to a model.
+WITHOUT_SCENE = """NOT EXISTS (
+    SELECT 1 FROM scene_notes s
+    WHERE s.being_id = e.being_id AND s.note_status = 'ok' AND list_contains(s.episode_ids, e.episode_id))"""
+
 TABLES = (
     "episodes",
     "scene_notes",

@@ -7,23 +7,15 @@ from datetime import datetime, timedelta
 
 import git
 import pytest
+from test_narrative import insert
 
 from mindflow import core_memory
 from mindflow.config import load_settings
 from mindflow.errors import MindflowError
-from mindflow.inbox import episodes_table
 from mindflow.llm import estimate_tokens
 from mindflow.models import Episode
 
 T0 = datetime(2026, 10, 12, 8, 0)
-
-
-def insert(con, episodes):
-    con.register("new_eps", episodes_table(episodes))
-    try:
-        con.execute("INSERT INTO episodes SELECT *, now()::TIMESTAMP FROM new_eps")
-    finally:
-        con.unregister("new_eps")
 
 
 def ep(n, text, *, kind="message", importance=0.5, trigger=None, being="bram"):

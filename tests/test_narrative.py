@@ -13,7 +13,7 @@ from pathlib import Path
 import git
 import pytest
 
-from mindflow import narrative
+from mindflow import narrative, store
 from mindflow.config import load_settings
 from mindflow.errors import MindflowError
 from mindflow.inbox import episodes_table
@@ -25,11 +25,8 @@ CHAPTER_LINE = re.compile(r"^### \[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\] \S.*$")
 
 
 def insert(con, episodes):
-    con.register("new_eps", episodes_table(episodes))
-    try:
+    with store.registered(con, "new_eps", episodes_table(episodes)):
         con.execute("INSERT INTO episodes SELECT *, now()::TIMESTAMP FROM new_eps")
-    finally:
-        con.unregister("new_eps")
 
 
 def ep(

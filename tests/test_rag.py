@@ -75,6 +75,22 @@ VOYAGES = {
 }
 
 
+
+def _zip_epub(path, files: dict[str, str]):
+    """An EPUB container: the stored mimetype, the container pointing at EPUB/content.opf, the files."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        z.writestr(
+            "META-INF/container.xml",
+            '<?xml version="1.0"?><container version="1.0" '
+            'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
+            '<rootfile full-path="EPUB/content.opf" media-type="application/oebps-package+xml"/>'
+            "</rootfiles></container>",
+        )
+        for name, content in files.items():
+            z.writestr(name, content)
+    return path
+
 def make_epub(path: Path, title: str, author: str, chapters: dict[str, str], *, nav: bool = True) -> Path:
     """A minimal valid EPUB 3: container, OPF, a nav document and one XHTML file per chapter."""
     items, spine, links = [], [], []
@@ -110,18 +126,7 @@ def make_epub(path: Path, title: str, author: str, chapters: dict[str, str], *, 
         f"<dc:creator>{author}</dc:creator><dc:language>en</dc:language></metadata>"
         f"<manifest>{''.join(items)}</manifest><spine>{''.join(spine)}</spine></package>"
     )
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
-        z.writestr(
-            "META-INF/container.xml",
-            '<?xml version="1.0"?><container version="1.0" '
-            'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
-            '<rootfile full-path="EPUB/content.opf" media-type="application/oebps-package+xml"/>'
-            "</rootfiles></container>",
-        )
-        for name, content in files.items():
-            z.writestr(name, content)
-    return path
+    return _zip_epub(path, files)
 
 
 def make_pdf(path: Path, pages: list[str], title: str = "", author: str = "") -> Path:
@@ -342,18 +347,7 @@ def make_one_file_epub(path: Path, toc: str, body: str, *, ncx: str | None = Non
         "<dc:title>Voyages</dc:title><dc:creator>Dora Explorer</dc:creator></metadata>"
         f'<manifest>{"".join(items)}</manifest><spine><itemref idref="book"/></spine></package>'
     )
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
-        z.writestr(
-            "META-INF/container.xml",
-            '<?xml version="1.0"?><container version="1.0" '
-            'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
-            '<rootfile full-path="EPUB/content.opf" media-type="application/oebps-package+xml"/>'
-            "</rootfiles></container>",
-        )
-        for name, content in files.items():
-            z.writestr(name, content)
-    return path
+    return _zip_epub(path, files)
 
 
 ONE_FILE_BODY = (
