@@ -145,6 +145,7 @@ def nodes(
     with duckdb.connect() as con:
         # Critical files are verified at the start of every run; changes are logged as ALERT.
         integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
+        patrol.embed_new_scenes(con, list(context.partition_keys), embedder)
         for being_id in context.partition_keys:
             now = utcnow()
             folded = patrol.step_fold_events(con, being_id, events_dir, now)

@@ -98,8 +98,16 @@ def is_heartbeat(text: str) -> bool:
     return any(p.search(stripped) for p in _HEARTBEAT_PATTERNS)
 
 
+# Every trigger pattern needs one of these words (none has an "i" or "s", whose case
+# variants str.lower() and re.IGNORECASE fold differently); most texts have none.
+_TRIGGER_WORDS = ("forget", "remember", "keep", "note", "reflect", "back")
+
+
 def detect_trigger(text: str) -> str | None:
     """The explicit memory instruction in a text: "remember", "forget", "reflect" or None."""
+    lowered = text.lower()
+    if not any(word in lowered for word in _TRIGGER_WORDS):
+        return None
     best: tuple[int, str] | None = None
     for trigger, pattern in _TRIGGER_PATTERNS:
         m = pattern.search(text)

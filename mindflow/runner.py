@@ -31,7 +31,14 @@ concurrency:
     default_limit: 1
 telemetry:
   enabled: false
+# Dagster's SQLite event log, keeping its connections and batching partition events
+# (see mindflow/dagster_storage.py); same files, readable by plain Dagster.
+event_log_storage:
+  module: mindflow.dagster_storage
+  class: MindflowSqliteEventLogStorage
 """
+# What earlier versions of mindflow wrote, upgraded in place while nobody has edited it.
+_EARLIER_YAML = (DAGSTER_YAML.split("# Dagster's SQLite event log")[0],)
 # The CLI prints one line per run; the full event log is in the UI.
 _QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -65,7 +72,7 @@ def prepare_instance(settings: Settings) -> Path:
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists():
+    if not config.exists() or config.read_text() in _EARLIER_YAML:
         config.write_text(DAGSTER_YAML)
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ["MINDFLOW_HOME"] = str(settings.resolved_home)
@@ -74,6 +81,9 @@ def prepare_instance(settings: Settings) -> Path:
     # events, ~17 ms each on SQLite). Dagster's stated trade-off: partitions of such a run
     # that fails are shown as missing rather than failed; the run itself shows the failure.
     os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "true")
+    # The materializations of a range run reach the event log as one batch, which
+    # mindflow's event log storage writes in one transaction per database.
+    os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", "1000")
     return home
 
 
