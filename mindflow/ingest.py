@@ -21,9 +21,7 @@ _ACCEPTED = (
 
 _DAILY_NAME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})\.md$", re.IGNORECASE)
 
-_OPENCLAW_TYPES = frozenset(
-    {"session", "message", "model_change", "thinking_level_change", "custom"}
-)
+_OPENCLAW_TYPES = frozenset({"session", "message", "model_change", "thinking_level_change", "custom"})
 
 # Keep-alive and liveness chatter: the OpenClaw heartbeat probe and its reply, the
 # "nothing to say" token, bare ping/pong and explicit probes. Remembering these would
@@ -305,14 +303,17 @@ def _parse_openclaw(data: bytes, file_name: str, being_id: str, result: ParseRes
         except _Reject as reject:
             result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
     # The header normally comes first, but it names the whole file's session wherever it is.
-    session_id = next(
-        (
-            _opt_str(rec.get("id"))
-            for _, _, rec in records
-            if rec.get("type") == "session" and _opt_str(rec.get("id"))
-        ),
-        None,
-    ) or Path(file_name).stem
+    session_id = (
+        next(
+            (
+                _opt_str(rec.get("id"))
+                for _, _, rec in records
+                if rec.get("type") == "session" and _opt_str(rec.get("id"))
+            ),
+            None,
+        )
+        or Path(file_name).stem
+    )
     for line_no, line, rec in records:
         try:
             episode = _openclaw_record(rec, being_id, session_id, file_name, line_no, result)

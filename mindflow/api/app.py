@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -203,10 +204,13 @@ def create_app(
         """Hybrid recall of active memories: vector + full text, decay, recency, MMR.
 
         The `X-Mindflow-Recall` header says where the candidates came from: `hot` (the
-        being's in-memory index) or `lance` (read from LanceDB while that index is built).
+        being's in-memory index) or `lance` (read from LanceDB while that index is built);
+        `Server-Timing` how long the recall took inside the server (`recall;dur=<ms>`).
         """
+        started = time.perf_counter()
         answer = service.recall(being_id, body, background.add_task)
         response.headers["X-Mindflow-Recall"] = service.served_from()
+        response.headers["Server-Timing"] = f"recall;dur={(time.perf_counter() - started) * 1000:.1f}"
         return answer
 
     @v1.post("/resonance", response_model=models.ResonanceResponse, tags=["recall"])

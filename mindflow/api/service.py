@@ -14,18 +14,18 @@ from datetime import datetime
 
 import numpy as np
 
-from mindflow import events
+from mindflow import events, lance
 from mindflow.api import models, resonance
 from mindflow.config import Settings
 from mindflow.embeddings import Embedder
 from mindflow.errors import MindflowError
+from mindflow.memories import TABLE
 from mindflow.models import utcnow
 from mindflow.recall import (
     HotIndexes,
     Memory,
     RecallConfig,
     cluster_memories,
-    open_memories,
     recall,
     search_memory,
 )
@@ -117,6 +117,7 @@ class RecallService:
         self.vectors = QueryVectors(self.embedder, settings.api_query_cache)
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
         self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows)
+        self.latest = lance.LatestTable(settings.lance_path, TABLE)
         self._served = threading.local()
         self.model_ready = False
 
@@ -137,7 +138,7 @@ class RecallService:
         return query
 
     def _table(self):
-        return open_memories(self.settings.lance_path)
+        return self.latest.get()[0]
 
     def _reinforce(self, being_id: str, tool: str, memories: list[Memory], defer: Defer | None) -> None:
         if not memories:
@@ -162,8 +163,8 @@ class RecallService:
     ) -> list[Memory]:
         query = self.check_query(request.query)
         exclude = list(dict.fromkeys([*request.exclude_refs, *self.echo.shown(being_id, request.session)]))
-        table = self._table()
-        index = self.hot.get(table, being_id)
+        table, version = self.latest.get()
+        index = self.hot.get(table, being_id, version)
         # Which path answered, for the X-Mindflow-Recall header (the endpoint runs in this thread).
         self._served.source = "hot" if index is not None else "lance"
         return recall(

@@ -104,8 +104,9 @@ class BeingIndex:
     def __init__(self, being_id: str, version: int, rows: pa.Table, snapshot=None):
         self.being_id = being_id
         self.version = version
-        # The table opened at `version` (never re-reading it): full-text searches through it
-        # see exactly the memories of the index, without a version check per query.
+        # The table opened at `version` (never re-reading it; LanceDB's async API, one call
+        # per query): full-text searches through it see exactly the memories of the index,
+        # without a version check per query.
         self.snapshot = snapshot
         if rows.num_rows:
             rows = rows.sort_by([("ts", "ascending"), ("memory_ref", "ascending")])
@@ -227,12 +228,14 @@ class HotIndexes:
         with self._lock:
             return sum(len(i) for i in self._indexes.values())
 
-    def get(self, table, being_id: str) -> BeingIndex | None:
-        """The being's index if it matches the table's current version; else starts a rebuild."""
+    def get(self, table, being_id: str, version: int | None = None) -> BeingIndex | None:
+        """The being's index if it matches the table's current `version` (asked of the table
+        when not given); else starts a rebuild."""
         validate_being_id(being_id)
         if self.max_rows <= 0 or table is None:
             return None
-        version = table.version
+        if version is None:
+            version = table.version
         with self._lock:
             index = self._indexes.get(being_id)
             if index is not None and index.version == version:
@@ -259,7 +262,8 @@ class HotIndexes:
                 return
             version = table.version
             where = primitives.memory_filter(being_id, statuses=primitives.RECALLABLE)
-            index = BeingIndex(being_id, version, primitives.filtered_rows(table, where, None), table)
+            rows = primitives.filtered_rows(table, where, None)
+            index = BeingIndex(being_id, version, rows, lance.async_snapshot(self.lance_path, TABLE, version))
             with self._lock:
                 self._indexes.pop(being_id, None)
                 if len(index) > self.max_rows:

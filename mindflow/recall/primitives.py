@@ -95,6 +95,15 @@ def text_candidates(
     terms = sanitize_fts_query(query)
     if not terms:
         return None
+    if lance.is_async(table):  # a hot index's snapshot
+        return lance.run_async(
+            table.query()
+            .nearest_to_text(terms)
+            .where(where)  # a prefilter, as below
+            .select([*columns, "_score"])
+            .limit(limit)
+            .to_arrow()
+        )
     return (
         table.search(terms, query_type="fts")
         .where(where, prefilter=True)
