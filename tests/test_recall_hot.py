@@ -251,6 +251,8 @@ def test_the_server_says_which_path_answered(published):
         assert app.state.service.hot.wait("ada")
         warm = http.post("/v1/beings/ada/recall", json=body)
         assert warm.status_code == 200 and warm.headers["x-mindflow-recall"] == "hot"
+        name, _, duration = warm.headers["server-timing"].partition(";dur=")
+        assert name == "recall" and 0 < float(duration) < 30_000
         assert [m["memory_ref"] for m in warm.json()["memories"]] == [
             m["memory_ref"] for m in cold.json()["memories"]
         ]
@@ -284,3 +286,30 @@ def test_a_failed_build_is_not_retried_until_the_table_moves_on(published, embed
         assert hot.get(table, "ada") is not None
     finally:
         hot.close()
+
+
+def test_the_latest_table_is_read_again_only_when_its_versions_folder_changes(tmp_path, monkeypatch):
+    import os
+    import time
+
+    import lancedb
+
+    table = lancedb.connect(str(tmp_path)).create_table("memories", pa.table({"x": [1]}))
+    latest = lance.LatestTable(tmp_path, "memories")
+    opened = []
+    real_open = lance.open_table
+    monkeypatch.setattr(lance, "open_table", lambda db, name: opened.append(name) or real_open(db, name))
+    _, first = latest.get()
+    assert first == table.version
+    latest.get()
+    assert len(opened) == 2  # a folder changed within SETTLE_NS is not trusted: read again
+    versions = tmp_path / "memories.lance" / "_versions"
+    settled = time.time() - 10
+    os.utime(versions, (settled, settled))
+    for _ in range(3):
+        assert latest.get()[1] == first
+    assert len(opened) == 3  # read once more, then trusted while the folder stays as it was
+    table.add(pa.table({"x": [2]}))
+    found, second = latest.get()
+    assert second == first + 1 and found.count_rows() == 2
+    assert len(opened) == 4
