@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.partitions import beings
-from mindflow import audit, lance, patrol
+from mindflow import audit, patrol
 from mindflow.audit.tables import log_history
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource, EmbeddingResource
@@ -130,9 +130,6 @@ def nodes(
 ) -> dg.MaterializeResult:
     """Memory nodes of a being: scene, feeling, importance, cluster, session count and status."""
     params = patrol.PatrolParams()
-    # `memories` and `facts_graph` run next in this process and need lancedb: import it
-    # while the model embeds instead of after.
-    lance.preload()
     embedder = embeddings.embedder()
     embedder.progress = lambda done, total: context.log.info(f"embedded {done}/{total} new node texts")
     llm, llm_meta = resolve_llm(context, duckdb.settings(), "patrol")

@@ -49,6 +49,18 @@ def _load_sentence_transformer(name: str):
         return model
 
 
+def _matrix(column: pa.ChunkedArray) -> np.ndarray:
+    """A list<float> column of equal-length rows as a float32 matrix, through Arrow buffers."""
+    column = column.combine_chunks()
+    if len(column) == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    lengths = pa.compute.min_max(pa.compute.list_value_length(column))
+    if lengths["min"] != lengths["max"] or column.null_count:
+        raise MindflowError("embedding_cache holds vectors of different lengths for one model")
+    flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return flat.reshape(len(column), -1)
+
+
 def model_dir(name: str) -> Path | None:
     """The local folder of a sentence-transformers model: the bundled default or a path."""
     if name in (DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"):
@@ -159,12 +171,12 @@ class Embedder:
         unique = list(dict.fromkeys(hashes))
         wanted = pa.table({"text_sha256": unique})
         with store.registered(con, "wanted_hashes", wanted):
-            rows = con.execute(
+            rows = con.sql(
                 "SELECT c.text_sha256, c.vector FROM embedding_cache c "
                 "JOIN wanted_hashes w USING (text_sha256) WHERE c.model = ?",
-                [self.model],
-            ).fetchall()
-        found = {h: np.asarray(v, dtype=np.float32) for h, v in rows}
+                params=[self.model],
+            ).to_arrow_table()
+        found = dict(zip(rows.column("text_sha256").to_pylist(), _matrix(rows.column("vector")), strict=True))
         missing = [h for h in unique if h not in found]
         if missing:
             first_text = {}
@@ -175,7 +187,10 @@ class Embedder:
                 {
                     "model": [self.model] * len(missing),
                     "text_sha256": missing,
-                    "vector": [v.tolist() for v in fresh],
+                    # one Arrow buffer, not a Python float per dimension
+                    "vector": pa.FixedSizeListArray.from_arrays(
+                        pa.array(np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1)), fresh.shape[1]
+                    ),
                 }
             )
             with store.registered(con, "new_embeddings", new_rows):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -80,18 +78,6 @@ def connect(path: Path):
 
     path.mkdir(parents=True, exist_ok=True)
     return lancedb.connect(str(path))
-
-
-def preload() -> None:
-    """Import lancedb on a background thread, for a run that embeds first and publishes after.
-
-    The import takes over a second of mostly Python work; the model's forward passes
-    release the GIL, so the two overlap. A later `import lancedb` waits for this one.
-    """
-    if "lancedb" not in sys.modules:
-        threading.Thread(
-            target=importlib.import_module, args=("lancedb",), name="lancedb-import", daemon=True
-        ).start()
 
 
 _READERS: dict[str, object] = {}
