@@ -163,8 +163,9 @@ def embed_new_scenes(con: duckdb.DuckDBPyConnection, being_ids: list[str], embed
     """Embed the node texts of every listed being in one batch, into `embedding_cache`.
 
     The patrol visits beings one by one; embedding all their new texts together first
-    lets the model batch texts of similar length (~10% faster than one batch per
-    being), and `step_nodes` then finds every vector in the cache. Returns the count.
+    lets the model batch texts of similar length across beings instead of padding a
+    few small batches per being, and `step_nodes` then finds every vector in the
+    cache. Returns the count.
     """
     texts = [node_text(row[4], row[2], row[8]) for row in _scenes_without_node(con, being_ids)]
     embedder.encode_cached(con, texts)
