@@ -121,13 +121,16 @@ class MindflowSqliteEventLogStorage(SqliteEventLogStorage):
                 for row in rows
             ]
             self._store_asset_event_tags(conn, events, ids)
-            # Each event's only effect on the asset's row is to become its latest: in
-            # sequence the last one per asset wins, so only that one is written.
-            latest = {
-                event.get_dagster_event().asset_key: (event, i) for event, i in zip(events, ids, strict=True)
-            }
-            for event, event_id in latest.values():
-                self._store_asset_event(conn, event, event_id)
+            # An event's only effect on its asset's row is to overwrite the columns of its
+            # kind (materialization, planned, observation) with its own values, so the
+            # last event of each kind per asset, applied in their order, leaves the row
+            # as all of them in sequence would.
+            last: dict[tuple, int] = {}
+            for position, event in enumerate(events):
+                dagster_event = event.get_dagster_event()
+                last[(dagster_event.asset_key, dagster_event.event_type_value)] = position
+            for position in sorted(last.values()):
+                self._store_asset_event(conn, events[position], ids[position])
 
     def _dispose_engines(self) -> None:
         with self._db_lock:

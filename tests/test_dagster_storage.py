@@ -120,3 +120,43 @@ def test_without_a_base_dir_it_needs_dagster_home(monkeypatch, tmp_path):
         assert os.path.isdir(tmp_path / "history" / "runs")
     finally:
         storage.dispose()
+
+
+def test_a_mixed_batch_leaves_the_asset_row_as_events_one_by_one_would(tmp_path, sample_inbox, settings):
+    run_job(settings, "ingest", partition=RANGE)
+    instance = dg.DagsterInstance.get()
+    run_id = instance.get_runs(limit=1)[0].run_id
+    events = [
+        record.event_log_entry
+        for record in instance.get_records_for_run(run_id).records
+        if record.event_log_entry.dagster_event is not None
+        and record.event_log_entry.dagster_event.asset_key == EPISODES
+    ]
+    kinds = [e.dagster_event.event_type for e in events]
+    assert kinds.count(dg.DagsterEventType.ASSET_MATERIALIZATION) == 3
+    assert dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED in kinds
+    # materializations, then the planned event again: two kinds interleaved
+    batch = [*events, *[e for e in events if e.dagster_event.event_type.value.endswith("PLANNED")]]
+    ours = MindflowSqliteEventLogStorage(str(tmp_path / "ours"))
+    plain = SqliteEventLogStorage(str(tmp_path / "plain"))
+    try:
+        ours.store_event_batch(batch)
+        for event in batch:
+            plain.store_event(event)
+        rows = []
+        for storage in (ours, plain):
+            entry = storage.get_asset_records([EPISODES])[0].asset_entry
+            rows.append(
+                (
+                    entry.last_run_id,
+                    entry.last_materialization_record.partition_key,
+                    entry.last_materialization_record.timestamp,
+                    storage.get_materialized_partitions(EPISODES),
+                    len(_records(storage)),
+                )
+            )
+        assert rows[0] == rows[1]
+        assert rows[0][1] == "2026-10-14" and rows[0][4] == 3
+    finally:
+        ours.dispose()
+        plain.dispose()
