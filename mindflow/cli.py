@@ -235,7 +235,7 @@ def serve(
     from threadpoolctl import threadpool_limits
 
     # One BLAS thread: a recall's vector search runs beside its full-text search, and a
-    # second BLAS thread spinning on the other core slows both (p95 -10 ms at 100,000).
+    # second BLAS thread spinning on the other core slows both.
     threadpool_limits(1, user_api="blas")
 
     from mindflow.api import create_app

@@ -16,6 +16,7 @@ import pyarrow as pa
 from mindflow import store
 from mindflow.config import DEFAULT_MODEL
 from mindflow.errors import MindflowError
+from mindflow.vectors import to_column, to_matrix
 
 OPENAI_PREFIX = "openai:"
 _MODELS: dict[str, object] = {}
@@ -47,18 +48,6 @@ def _load_sentence_transformer(name: str):
             ) from exc
         _MODELS[name] = model
         return model
-
-
-def _matrix(column: pa.ChunkedArray) -> np.ndarray:
-    """A list<float> column of equal-length rows as a float32 matrix, through Arrow buffers."""
-    column = column.combine_chunks()
-    if len(column) == 0:
-        return np.zeros((0, 0), dtype=np.float32)
-    lengths = pa.compute.min_max(pa.compute.list_value_length(column))
-    if lengths["min"] != lengths["max"] or column.null_count:
-        raise MindflowError("embedding_cache holds vectors of different lengths for one model")
-    flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    return flat.reshape(len(column), -1)
 
 
 def model_dir(name: str) -> Path | None:
@@ -176,7 +165,9 @@ class Embedder:
                 "JOIN wanted_hashes w USING (text_sha256) WHERE c.model = ?",
                 params=[self.model],
             ).to_arrow_table()
-        found = dict(zip(rows.column("text_sha256").to_pylist(), _matrix(rows.column("vector")), strict=True))
+        found = dict(
+            zip(rows.column("text_sha256").to_pylist(), to_matrix(rows.column("vector")), strict=True)
+        )
         missing = [h for h in unique if h not in found]
         if missing:
             first_text = {}
@@ -187,10 +178,7 @@ class Embedder:
                 {
                     "model": [self.model] * len(missing),
                     "text_sha256": missing,
-                    # one Arrow buffer, not a Python float per dimension
-                    "vector": pa.FixedSizeListArray.from_arrays(
-                        pa.array(np.ascontiguousarray(fresh, dtype=np.float32).reshape(-1)), fresh.shape[1]
-                    ),
+                    "vector": to_column(fresh),
                 }
             )
             with store.registered(con, "new_embeddings", new_rows):

@@ -114,35 +114,24 @@ def _session(key: str):
 
 
 def snapshot(path: Path, name: str):
-    """The table as it is now, never re-reading its version (None before it exists); shares the
-    reader's caches, so holding one costs no second copy of the indexes."""
-    import lancedb
-
-    key = str(path)
-    with _READERS_LOCK:
-        session = _session(key)
-    return open_table(lancedb.connect(key, session=session), name)
-
-
-def async_snapshot(path: Path, name: str, version: int):
-    """The table at `version` through LanceDB's async API, sharing the reader's caches.
-
-    A search on it is one call into LanceDB's event loop (`run_async`); the sync
-    builder makes several (schema, index checks), ~2 ms more per full-text search.
+    """The table as it is now, never re-reading its version (None before it exists), through
+    LanceDB's async API; it shares the reader's caches, so holding one costs no second copy
+    of the indexes. A query on it is one call into LanceDB's event loop (`run_async`); the
+    sync builder makes several (schema, index checks), ~2 ms more per full-text search.
     """
     import lancedb
-    from lancedb.background_loop import LOOP
 
     key = str(path)
     with _READERS_LOCK:
         session = _session(key)
 
-    async def checked_out():
-        table = await (await lancedb.connect_async(key, session=session)).open_table(name)
-        await table.checkout(version)
-        return table
+    async def opened():
+        try:
+            return await (await lancedb.connect_async(key, session=session)).open_table(name)
+        except (FileNotFoundError, ValueError):
+            return None
 
-    return LOOP.run(checked_out())
+    return run_async(opened())
 
 
 def is_async(table) -> bool:

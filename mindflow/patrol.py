@@ -20,6 +20,7 @@ import pyarrow as pa
 from mindflow import events, store
 from mindflow.embeddings import Embedder
 from mindflow.models import utcnow
+from mindflow.vectors import to_column
 
 BYOK_SKIP_MESSAGE = "[graph] BYOK key not set: skipping ❹❻ diary/think_md (mechanical processing only)"
 ROOT_LABELS = ("Business", "Private")
@@ -129,14 +130,6 @@ def node_text(when: list[dict] | None, action: str | None, feeling: str | None) 
     return " ".join(part for part in (dates, action or "", feeling or "") if part).strip()
 
 
-def _float_lists(matrix: np.ndarray) -> pa.ListArray:
-    """Rows of a matrix as an Arrow list<float> column, without a Python list per row."""
-    rows, width = matrix.shape
-    offsets = np.arange(rows + 1, dtype=np.int32) * width
-    flat = np.ascontiguousarray(matrix, dtype=np.float32).reshape(-1)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
-
-
 def _unit(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return matrix / np.clip(norms, 1e-12, None)
@@ -228,7 +221,7 @@ def step_nodes(
             "trigger": [row[13] for row in scenes],
             "source_episode_ids": [row[1] for row in scenes],
             "episode_ts": pa.array([row[14] for row in scenes], type=pa.timestamp("us")),
-            "vector": _float_lists(vectors),
+            "vector": to_column(vectors),
         }
     )
     with store.registered(con, "new_nodes", table):

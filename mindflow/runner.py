@@ -7,11 +7,9 @@ and show up in the UI like any other run.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -207,10 +205,9 @@ def run_job(
 
     summaries = []
     for label, kwargs in runs:
-        with _event_log_held_open(instance):
-            result = job_def.execute_in_process(
-                instance=instance, raise_on_error=False, run_config=_QUIET, **kwargs
-            )
+        result = job_def.execute_in_process(
+            instance=instance, raise_on_error=False, run_config=_QUIET, **kwargs
+        )
         summaries.append(RunSummary(job, label, result.run_id, result.success, _changes(result)))
         if not result.success:
             failure = next((e for e in result.all_events if e.is_failure and e.event_specific_data), None)
@@ -226,33 +223,6 @@ def run_job(
                 f"{job} run {result.run_id} for {label} failed{detail} (see the Dagster UI: make dev)"
             )
     return summaries
-
-
-@contextlib.contextmanager
-def _event_log_held_open(instance) -> Iterator[None]:
-    """Keep one idle connection to the local instance's SQLite event index while a run executes.
-
-    Dagster opens and closes a connection to `history/runs/index.db` for every asset event
-    it records. When the last connection to a WAL database closes, SQLite checkpoints it
-    and deletes the WAL file, syncing to disk each time; with this connection open a
-    close is only a close (an ingest over a long range of daily partitions records
-    ~20% faster). It reads once and holds no transaction, so it never blocks a writer.
-    Other storages (Postgres) are left alone.
-    """
-    path_for_shard = getattr(instance.event_log_storage, "path_for_shard", None)
-    index = Path(path_for_shard("index")) if path_for_shard is not None else None
-    if index is None or not index.is_file():
-        yield
-        return
-    import sqlite3
-
-    held = sqlite3.connect(str(index), timeout=30)
-    try:
-        with contextlib.suppress(sqlite3.Error):  # only an optimisation: never fail a run over it
-            held.execute("SELECT count(*) FROM sqlite_master").fetchall()
-        yield
-    finally:
-        held.close()
 
 
 def _changes(result) -> str:

@@ -12,7 +12,7 @@ from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventL
 
 from mindflow import runner
 from mindflow.config import load_settings
-from mindflow.dagster_storage import MindflowSqliteEventLogStorage
+from mindflow.dagster_storage import MAX_ENGINES, MindflowSqliteEventLogStorage
 from mindflow.runner import run_job
 
 SAMPLES = Path(__file__).resolve().parent.parent / "data" / "samples"
@@ -102,7 +102,7 @@ def test_the_storage_keeps_few_engines_and_lets_a_wipe_delete_run_databases(tmp_
         for i in range(10):
             with storage.run_connection(f"run{i}") as conn:
                 conn.exec_driver_sql("SELECT 1")
-        assert len(storage._engines) <= 6
+        assert len(storage._engines) == MAX_ENGINES  # kept, but no more than these
         storage.wipe()
         assert set(storage._engines) <= {"index"}  # the index is emptied, not deleted
         assert [p.name for p in (tmp_path / "runs").iterdir() if p.name.startswith("run")] == []

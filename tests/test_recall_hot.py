@@ -272,7 +272,7 @@ def test_a_failed_build_is_not_retried_until_the_table_moves_on(published, embed
 
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(hot_module.primitives, "filtered_rows", broken)
+            patch.setattr(hot_module.lance, "snapshot", broken)
             assert hot.get(table, "ada") is None
             assert hot.wait("ada")
             for _ in range(3):  # answered from LanceDB, without a rebuild per request

@@ -30,6 +30,7 @@ from mindflow.inbox import validate_being_id
 from mindflow.memories import TABLE
 from mindflow.recall import primitives
 from mindflow.recall.models import COLUMNS
+from mindflow.vectors import to_column
 
 log = logging.getLogger(__name__)
 
@@ -202,8 +203,7 @@ class BeingIndex:
         out = {}
         for name in columns:
             if name == "vector":
-                flat = pa.array(self.vectors[positions].reshape(-1), type=pa.float32())
-                out[name] = pa.FixedSizeListArray.from_arrays(flat, self.dim)
+                out[name] = to_column(self.vectors[positions].reshape(len(positions), self.dim))
             else:
                 out[name] = self.rows.column(name).take(index)
         return pa.table(out)
@@ -260,10 +260,10 @@ class HotIndexes:
             table = lance.snapshot(self.lance_path, TABLE)
             if table is None:
                 return
-            version = table.version
+            version = lance.run_async(table.version())
             where = primitives.memory_filter(being_id, statuses=primitives.RECALLABLE)
-            rows = primitives.filtered_rows(table, where, None)
-            index = BeingIndex(being_id, version, rows, lance.async_snapshot(self.lance_path, TABLE, version))
+            rows = lance.run_async(table.query().where(where).select(primitives.ALL_COLUMNS).to_arrow())
+            index = BeingIndex(being_id, version, rows, table)
             with self._lock:
                 self._indexes.pop(being_id, None)
                 if len(index) > self.max_rows:

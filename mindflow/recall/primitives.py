@@ -13,6 +13,7 @@ from mindflow import lance
 from mindflow.inbox import validate_being_id
 from mindflow.memories import TABLE
 from mindflow.recall.models import COLUMNS
+from mindflow.vectors import to_matrix
 
 # Recall returns active and dying memories; search_memory and a cluster's memories also
 # reach dormant and dead ones, as in the seed.
@@ -123,14 +124,8 @@ def rows_by_ref(table, where: str, refs: list[str], columns: list[str] = COLUMNS
 
 
 def vectors_of(rows: pa.Table) -> np.ndarray:
-    """The `vector` column as one float32 matrix, without a Python list per row."""
-    column = rows.column("vector").combine_chunks()
-    if rows.num_rows == 0:
-        return np.zeros((0, 0), dtype=np.float32)
-    if pa.types.is_fixed_size_list(column.type):
-        dim = column.type.list_size
-        return column.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32, copy=False)
-    return np.asarray(column.to_pylist(), dtype=np.float32)
+    """The `vector` column as one float32 matrix."""
+    return to_matrix(rows.column("vector"))
 
 
 def windows(times: list[datetime], radius: timedelta) -> list[tuple[datetime, datetime]]:
