@@ -75,18 +75,20 @@ def status() -> None:
     from mindflow.status import being_statuses, render
 
     settings = load_settings()
-    if not settings.duckdb_path.exists():
+    statuses = None
+    if settings.duckdb_path.exists():  # `mindflow init` may have created it empty
+        try:
+            with store.connect(settings.duckdb_path, read_only=True) as con:
+                statuses = being_statuses(con)
+        except MindflowError as exc:
+            _fail(exc)
+    if statuses:
+        typer.echo(render(statuses))
+    else:
         typer.echo(
             f"no memory yet in {settings.resolved_home}: "
             "land a file with `mindflow ingest`, then `mindflow run ingest`"
         )
-        return
-    try:
-        with store.connect(settings.duckdb_path, read_only=True) as con:
-            statuses = being_statuses(con)
-    except MindflowError as exc:
-        _fail(exc)
-    typer.echo(render(statuses))
     from mindflow.status import integrity_lines
 
     alerts = integrity_lines(settings)
@@ -96,13 +98,11 @@ def status() -> None:
 
 @app.command()
 def init() -> None:
-    """Create MINDFLOW_HOME and the local Dagster instance configuration (pool `duckdb` limit 1)."""
-    from mindflow.runner import prepare_instance
+    """Create MINDFLOW_HOME, the local Dagster instance (pool `duckdb` limit 1) and the DuckDB schema."""
+    from mindflow.runner import init_home
 
     settings = load_settings()
-    for folder in (settings.inbox, settings.events, settings.workspace, settings.lance_path):
-        folder.mkdir(parents=True, exist_ok=True)
-    home = prepare_instance(settings)
+    home = init_home(settings)
     typer.echo(f"MINDFLOW_HOME={settings.resolved_home}\nDAGSTER_HOME={home}")
 
 

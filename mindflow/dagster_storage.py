@@ -116,10 +116,13 @@ class MindflowSqliteEventLogStorage(SqliteEventLogStorage):
         with self.run_connection(events[0].run_id) as conn:
             conn.execute(SqlEventLogStorageTable.insert().values(rows))
         with self.index_transaction() as conn:
-            ids = [
-                conn.execute(SqlEventLogStorageTable.insert().values(**row)).inserted_primary_key[0]
-                for row in rows
-            ]
+            inserted = conn.execute(
+                SqlEventLogStorageTable.insert().returning(
+                    SqlEventLogStorageTable.c.id, sort_by_parameter_order=True
+                ),
+                rows,
+            )
+            ids = [row[0] for row in inserted]
             self._store_asset_event_tags(conn, events, ids)
             # An event's only effect on its asset's row is to overwrite the columns of its
             # kind (materialization, planned, observation) with its own values, so the

@@ -91,9 +91,14 @@ class Embedder:
             vectors = self._encode_openai(texts)
         else:
             model = _load_sentence_transformer(self.model)
+            # Longest first across all texts, as sentence-transformers orders one call: a
+            # progress chunk then holds texts of similar length and its batches pad little,
+            # whatever order the caller's texts came in.
+            order = np.argsort([-len(t) for t in texts], kind="stable")
+            by_length = [texts[i] for i in order]
             chunks = []
             for start in range(0, len(texts), self.progress_every):
-                chunk = texts[start : start + self.progress_every]
+                chunk = by_length[start : start + self.progress_every]
                 chunks.append(
                     model.encode(
                         chunk,
@@ -105,7 +110,8 @@ class Embedder:
                 )
                 if self.progress is not None:
                     self.progress(start + len(chunk), len(texts))
-            vectors = np.concatenate(chunks)
+            vectors = np.empty((len(texts), chunks[0].shape[1]), dtype=np.float32)
+            vectors[order] = np.concatenate(chunks)
         self.stats["embedded"] += len(texts)
         return np.asarray(vectors, dtype=np.float32)
 

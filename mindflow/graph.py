@@ -328,9 +328,7 @@ def _key_function(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 def _reader(path: str):
     # A zero consistency interval makes every read check for a newer table
     # version, so the API sees each publish without a restart.
-    import lancedb  # seconds to import: only when a read actually happens
-
-    return lancedb.connect(path, read_consistency_interval=timedelta(0))
+    return lance.lancedb_module().connect(path, read_consistency_interval=timedelta(0))
 
 
 def neighbourhood(lance_path: Path, being_id: str, entity: str, depth: int = 1) -> dict:

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
@@ -131,13 +133,41 @@ def _landed(being_id: str, path: Path, sha: str) -> LandedFile:
         return LandedFile(being_id, path, sha, None, str(exc))
 
 
+# Parse results by content. `mindflow run ingest` parses the pending files to plan its
+# runs, then the ingest asset parses them again in the same process: the second time
+# comes from here. Bounded by the size of the files it holds.
+_PARSED: OrderedDict[tuple[str, str, str, str], tuple[ParseResult, int]] = OrderedDict()
+_PARSED_LOCK = threading.Lock()
+PARSED_CACHE_BYTES = 64 * 1024 * 1024
+
+
+def parse_landed(landed: LandedFile) -> ParseResult:
+    """The parse of a landed file (its format known), from the cache when its content was parsed before."""
+    key = (landed.sha256, landed.path.name, landed.being_id, landed.fmt)
+    with _PARSED_LOCK:
+        cached = _PARSED.get(key)
+        if cached is not None:
+            _PARSED.move_to_end(key)
+            return cached[0]
+    data = landed.path.read_bytes()
+    result = parse_bytes(data, landed.path.name, landed.being_id, landed.fmt)
+    # Kept only when the bytes parsed are the ones the key names (the file may have grown).
+    if len(data) <= PARSED_CACHE_BYTES and _sha256(data) == landed.sha256:
+        with _PARSED_LOCK:
+            _PARSED[key] = (result, len(data))
+            held = sum(size for _, size in _PARSED.values())
+            while held > PARSED_CACHE_BYTES:
+                held -= _PARSED.popitem(last=False)[1][1]
+    return result
+
+
 def pending_days(inbox: Path) -> dict[str, list[date]]:
     """The days covered by pending files, per being (what an ingest run must cover)."""
     days: dict[str, set[date]] = {}
     for landed in pending_files(inbox):
         if landed.fmt is None:
             continue
-        result = parse_bytes(landed.path.read_bytes(), landed.path.name, landed.being_id, landed.fmt)
+        result = parse_landed(landed)
         days.setdefault(landed.being_id, set()).update(e.day for e in result.episodes)
     return {b: sorted(d) for b, d in days.items()}
 
@@ -272,7 +302,7 @@ def ingest(
                 report.quarantined += 1
                 report.quarantine_files.append(_quarantine_whole_file(inbox, landed, landed.error))
             continue
-        result = parse_bytes(landed.path.read_bytes(), landed.path.name, landed.being_id, landed.fmt)
+        result = parse_landed(landed)
         report.files += 1
         report.parsed += len(result.episodes)
         in_range = [e for e in result.episodes if start <= e.day <= end]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -72,10 +73,43 @@ def all_of(*conditions: str) -> str:
     return " AND ".join(f"({c})" for c in conditions if c and c != "TRUE") or "TRUE"
 
 
-def connect(path: Path):
-    # Imported here: lancedb takes seconds to import, and definitions.py must load fast.
-    import lancedb
+_IMPORT_LOCK = threading.Lock()
 
+
+def lancedb_module():
+    """The `lancedb` module, imported on first use: definitions.py must load fast.
+
+    Importing lancedb imports its namespace REST client, generated code whose ~400
+    methods are wrapped in pydantic's `validate_call`; each wrapper builds its
+    validator when it is decorated, ~1.5 s of every process that touches LanceDB
+    (a job, the read API), though a local database never calls them. During that
+    import the wrappers are built with pydantic's `defer_build`: each builds its
+    validator on its first call instead and validates exactly as before.
+    """
+    module = sys.modules.get("lancedb")
+    if module is not None:
+        return module
+    with _IMPORT_LOCK:
+        import pydantic
+
+        validate_call = pydantic.validate_call
+
+        def deferred(func=None, /, *, config=None, validate_return=False):
+            config = {"defer_build": True, **(config or {})}
+            if func is None:
+                return validate_call(config=config, validate_return=validate_return)
+            return validate_call(func, config=config, validate_return=validate_return)
+
+        pydantic.validate_call = deferred
+        try:
+            import lancedb
+        finally:
+            pydantic.validate_call = validate_call
+    return lancedb
+
+
+def connect(path: Path):
+    lancedb = lancedb_module()
     path.mkdir(parents=True, exist_ok=True)
     return lancedb.connect(str(path))
 
@@ -92,8 +126,7 @@ def reader(path: Path):
     with _READERS_LOCK:
         db = _READERS.get(key)
         if db is None:
-            import lancedb
-
+            lancedb = lancedb_module()
             path.mkdir(parents=True, exist_ok=True)
             db = lancedb.connect(key, read_consistency_interval=timedelta(0), session=_session(key))
             _READERS[key] = db
@@ -105,8 +138,7 @@ _SESSIONS: dict[str, object] = {}
 
 def _session(key: str):
     """One LanceDB session (index and metadata caches) per folder for the reader and its snapshots."""
-    import lancedb
-
+    lancedb = lancedb_module()
     session = _SESSIONS.get(key)
     if session is None:
         session = _SESSIONS[key] = lancedb.Session()
@@ -119,8 +151,7 @@ def snapshot(path: Path, name: str):
     of the indexes. A query on it is one call into LanceDB's event loop (`run_async`); the
     sync builder makes several (schema, index checks), ~2 ms more per full-text search.
     """
-    import lancedb
-
+    lancedb = lancedb_module()
     key = str(path)
     with _READERS_LOCK:
         session = _session(key)
@@ -135,16 +166,12 @@ def snapshot(path: Path, name: str):
 
 
 def is_async(table) -> bool:
-    from lancedb.table import AsyncTable
-
-    return isinstance(table, AsyncTable)
+    return isinstance(table, lancedb_module().table.AsyncTable)
 
 
 def run_async(awaitable):
     """Run a LanceDB coroutine on LanceDB's own event loop and return its result."""
-    from lancedb.background_loop import LOOP
-
-    return LOOP.run(awaitable)
+    return lancedb_module().background_loop.LOOP.run(awaitable)
 
 
 class LatestTable:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from mindflow import events, store
 from mindflow.embeddings import Embedder
 from mindflow.models import utcnow
-from mindflow.vectors import to_column
+from mindflow.vectors import to_column, to_matrix
 
 BYOK_SKIP_MESSAGE = "[graph] BYOK key not set: skipping ❹❻ diary/think_md (mechanical processing only)"
 ROOT_LABELS = ("Business", "Private")
@@ -161,7 +161,8 @@ def embed_new_scenes(con: duckdb.DuckDBPyConnection, being_ids: list[str], embed
     cache. Returns the count.
     """
     texts = [node_text(row[4], row[2], row[8]) for row in _scenes_without_node(con, being_ids)]
-    embedder.encode_cached(con, texts)
+    if texts:  # nothing new: the model is not even loaded
+        embedder.encode_cached(con, texts)
     return len(texts)
 
 
@@ -292,24 +293,29 @@ def assign_clusters(
 
 
 def recompute_cluster_vectors(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> None:
-    """Cluster vector = element-wise mean of its active nodes' vectors, in one grouped query."""
-    con.execute(
-        """
-        UPDATE clusters c SET vector = m.vector, updated_at = ?
-        FROM (
-            SELECT cluster_id, list(v ORDER BY i)::FLOAT[] AS vector
-            FROM (
-                SELECT n.cluster_id, u.i, avg(u.v) AS v
-                FROM nodes n,
-                     LATERAL (SELECT unnest(n.vector) AS v, generate_subscripts(n.vector, 1) AS i) u
-                WHERE n.being_id = ? AND n.status = 'active'
-                GROUP BY n.cluster_id, u.i
-            ) GROUP BY cluster_id
-        ) m
-        WHERE c.cluster_id = m.cluster_id
-        """,
-        [now, being_id],
-    )
+    """Cluster vector = element-wise mean of its active nodes' vectors.
+
+    The vectors come out as one Arrow column, sorted by cluster, and each cluster's sum
+    is one `reduceat` over its run of rows; unnesting every dimension in SQL and grouping
+    it back took ~30 ms per being.
+    """
+    active = con.sql(
+        "SELECT cluster_id, vector FROM nodes "
+        "WHERE being_id = ? AND status = 'active' AND vector IS NOT NULL ORDER BY cluster_id",
+        params=[being_id],
+    ).to_arrow_table()
+    if active.num_rows:
+        cluster_ids = active.column("cluster_id").to_numpy(zero_copy_only=False)
+        starts = np.flatnonzero(np.r_[True, cluster_ids[1:] != cluster_ids[:-1]])
+        sums = np.add.reduceat(to_matrix(active.column("vector")).astype(np.float64), starts, axis=0)
+        counts = np.diff(np.r_[starts, len(cluster_ids)])[:, None]
+        means = pa.table({"cluster_id": cluster_ids[starts], "vector": to_column(sums / counts)})
+        with store.registered(con, "cluster_means", means):
+            con.execute(
+                "UPDATE clusters c SET vector = m.vector::FLOAT[], updated_at = ? "
+                "FROM cluster_means m WHERE c.cluster_id = m.cluster_id",
+                [now],
+            )
     # A cluster with no active node has no centre.
     con.execute(
         "UPDATE clusters SET vector = NULL, updated_at = ? WHERE being_id = ? AND vector IS NOT NULL "

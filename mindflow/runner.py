@@ -85,6 +85,46 @@ def prepare_instance(settings: Settings) -> Path:
     return home
 
 
+def init_home(settings: Settings) -> Path:
+    """An empty home with its stores: the folders, the Dagster instance (its SQLite run,
+    event and schedule databases) and the DuckDB schema. Every command creates what it
+    needs on first use; this does it ahead, once."""
+    from mindflow import store
+
+    for folder in (settings.inbox, settings.events, settings.workspace, settings.lance_path):
+        folder.mkdir(parents=True, exist_ok=True)
+    home = prepare_instance(settings)
+    import dagster as dg
+
+    dg.DagsterInstance.get().dispose()
+    with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s):
+        pass
+    return home
+
+
+_INSTANCE: list = []  # [((DAGSTER_HOME, its dagster.yaml), instance)] of the last run_job here
+
+
+def _instance():
+    """The Dagster instance of DAGSTER_HOME, kept for the next job in this process.
+
+    Opening an instance builds its storages and checks their schema revisions (~0.3 s);
+    `mindflow demo` and other callers that run several jobs in a row open it once. A
+    new home, or an edited dagster.yaml, opens a new one.
+    """
+    import dagster as dg
+
+    home = os.environ["DAGSTER_HOME"]
+    key = (home, (Path(home) / "dagster.yaml").read_text())
+    if _INSTANCE and _INSTANCE[0][0] == key:
+        return _INSTANCE[0][1]
+    while _INSTANCE:
+        _INSTANCE.pop()[1].dispose()
+    instance = dg.DagsterInstance.get()
+    _INSTANCE.append((key, instance))
+    return instance
+
+
 def _definitions():
     if str(PROJECT_ROOT) not in sys.path:
         sys.path.insert(0, str(PROJECT_ROOT))
@@ -175,7 +215,7 @@ def run_job(
     import dagster as dg
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
-    instance = dg.DagsterInstance.get()
+    instance = _instance()
     if job in ("extraction", "patrol", "narrative"):
         known = instance.get_dynamic_partitions("beings")
         wanted = being or partition

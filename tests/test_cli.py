@@ -117,6 +117,27 @@ def test_status_without_data_prints_a_hint(tmp_path):
     assert not (tmp_path / "home" / "mindflow.duckdb").exists()
 
 
+def test_init_creates_the_stores_once(tmp_path):
+    home = tmp_path / "home"
+    first = mindflow(home, "init")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == [f"MINDFLOW_HOME={home}", f"DAGSTER_HOME={home / 'dagster'}"]
+    # Dagster's databases and the DuckDB schema exist before any run.
+    assert (home / "dagster" / "history" / "runs.db").is_file()
+    assert (home / "dagster" / "schedules" / "schedules.db").is_file()
+    import duckdb
+
+    with duckdb.connect(str(home / "mindflow.duckdb"), read_only=True) as con:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        assert {"episodes", "nodes", "clusters", "decay_scores", "embedding_cache"} <= tables
+        assert con.execute("SELECT count(*) FROM episodes").fetchall()[0][0] == 0
+    assert (home / "inbox").is_dir() and (home / "lance").is_dir()
+    again = mindflow(home, "init")
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+    status = mindflow(home, "status")
+    assert status.returncode == 0 and status.stdout.startswith("no memory yet in "), status.stderr
+
+
 def parse_table(text: str) -> dict[str, dict[str, str]]:
     """The rows of `mindflow status`, keyed by being, then by column."""
     lines = [line for line in text.splitlines() if line.strip()]

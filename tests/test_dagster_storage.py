@@ -38,6 +38,8 @@ def _what_dagster_sees(dagster_home) -> dict:
             "partitions": [r.partition_key for r in records],
             "run_ids": {r.run_id for r in records},
             "latest_partition": entry.last_materialization_record.partition_key,
+            # the asset row points at the last record stored, by its id in the index
+            "latest_is_last_record": entry.last_materialization_record.storage_id == records[-1].storage_id,
             "latest_run": entry.last_run_id,
             "materialized": plain.get_materialized_partitions(EPISODES),
             "asset_keys": set(plain.all_asset_keys()),
@@ -65,6 +67,7 @@ def test_a_range_run_is_stored_as_plain_dagster_would_store_it(tmp_path, monkeyp
     assert seen["partitions"] == DAYS
     assert seen["run_ids"] == {ours[0].run_id}
     assert seen["latest_partition"] == "2026-10-14"
+    assert seen["latest_is_last_record"]
     assert seen["latest_run"] == ours[0].run_id
     assert seen["materialized"] == set(DAYS)
     # The same run on a home whose dagster.yaml someone edited: left alone, so Dagster's
@@ -160,3 +163,26 @@ def test_a_mixed_batch_leaves_the_asset_row_as_events_one_by_one_would(tmp_path,
     finally:
         ours.dispose()
         plain.dispose()
+
+
+def test_jobs_in_one_process_share_their_homes_instance(tmp_path, monkeypatch, settings):
+    """One instance per home and dagster.yaml for consecutive jobs; a new home opens (and records in) its own."""
+    first_runs = run_job(settings, "ingest", partition="2026-10-12") + run_job(
+        settings, "decay", partition="2026-10-12"
+    )
+    (key, instance), *rest = runner._INSTANCE
+    assert not rest and key[0] == str(settings.dagster_home)
+    assert {r.run_id for r in first_runs} <= {r.run_id for r in instance.get_runs()}
+
+    other = tmp_path / "other"
+    monkeypatch.setenv("MINDFLOW_HOME", str(other))
+    monkeypatch.setenv("DAGSTER_HOME", str(other / "dagster"))
+    (other_run,) = run_job(load_settings(), "decay", partition="2026-10-12")
+    ((other_key, other_instance),) = runner._INSTANCE
+    assert other_instance is not instance and other_key[0] == str(other / "dagster")
+    assert [r.run_id for r in other_instance.get_runs()] == [other_run.run_id]
+    # An operator's edit of dagster.yaml between two jobs is read by the next one.
+    config = other / "dagster" / "dagster.yaml"
+    config.write_text(config.read_text() + "# edited\n")
+    run_job(load_settings(), "decay", partition="2026-10-13")
+    assert runner._INSTANCE[0][1] is not other_instance

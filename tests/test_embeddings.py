@@ -22,6 +22,24 @@ def test_bundled_model_gives_unit_vectors_that_rank_paraphrases_first(embedder):
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.3
 
 
+def test_rows_come_back_in_the_callers_order_across_progress_chunks(embedder):
+    """Texts are encoded longest first in chunks; each row is still its own text's vector."""
+    texts = [
+        "short",
+        "a much longer sentence about the billing service release that failed in production",
+        "mid length text about tea",
+        "x",
+        "another fairly long sentence about a sister's wedding next weekend with family",
+    ]
+    chunked = Embedder(model=embedder.model, progress_every=2)
+    seen = []
+    chunked.progress = lambda done, total: seen.append((done, total))
+    vectors = chunked.encode(texts)
+    one_by_one = np.stack([embedder.encode([t])[0] for t in texts])
+    assert np.allclose(vectors, one_by_one, atol=1e-5)
+    assert seen == [(2, 5), (4, 5), (5, 5)]
+
+
 def test_cache_embeds_each_text_once_across_runs(con, embedder):
     texts = ["alpha beta", "gamma delta", "alpha beta"]
     stats_before = dict(embedder.stats)

@@ -585,3 +585,31 @@ def test_a_file_that_grew_after_it_was_read_stays_pending(settings, con):
     report = ingest(con, settings.inbox, date(2026, 10, 1), date(2026, 10, 1))
     assert (report.new, report.moved_to_done) == (2, 1)
     assert not path.exists()
+
+
+def test_a_file_is_parsed_once_per_content_and_again_when_it_changes(settings):
+    """Planning an ingest and running it parse the same pending file once; new bytes parse anew."""
+    from mindflow.inbox import parse_landed, pending_days
+
+    path = settings.inbox / "ada" / "notes.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"ts": "2026-10-01T09:00:00Z", "speaker": "Lena", "text": "first line"}\n')
+    assert pending_days(settings.inbox) == {"ada": [OCT(1)]}
+    (landed,) = pending_files(settings.inbox)
+    planned = parse_landed(landed)
+    assert parse_landed(landed) is planned and len(planned.episodes) == 1
+
+    # A file that grows between its hashing and its parse: the parse answers for the bytes
+    # read, but is not kept under the key of the content that was hashed.
+    other = settings.inbox / "ada" / "later.jsonl"
+    other.write_text('{"ts": "2026-10-03T09:00:00Z", "speaker": "Lena", "text": "third line"}\n')
+    hashed = next(f for f in pending_files(settings.inbox) if f.path == other)
+    with other.open("a") as fh:
+        fh.write('{"ts": "2026-10-04T09:00:00Z", "speaker": "Lena", "text": "fourth line"}\n')
+    grown = parse_landed(hashed)
+    assert [e.day for e in grown.episodes] == [OCT(3), OCT(4)]
+    assert parse_landed(hashed) is not grown
+    current = next(f for f in pending_files(settings.inbox) if f.path == other)
+    assert current.sha256 != hashed.sha256
+    assert parse_landed(current) is parse_landed(current)
+    assert pending_days(settings.inbox) == {"ada": [OCT(1), OCT(3), OCT(4)]}

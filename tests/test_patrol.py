@@ -352,6 +352,24 @@ def test_nodes_fresh_active_embedded_once(con, embedder):
     assert con.execute("SELECT count(*) FROM nodes").fetchall()[0][0] == 4
 
 
+def test_a_patrol_with_nothing_new_never_loads_a_model(con, embedder, monkeypatch):
+    """A nightly patrol in a fresh process with no new scene must not spend seconds loading torch."""
+    ensure_roots(con, ADA, NOW)
+    insert_episodes(con, [episode(ADA, "n1", DEPLOY[0])])
+    step_scenes(con, ADA, NOW)
+    assert patrol.embed_new_scenes(con, [ADA], embedder) == 1
+    step_nodes(con, ADA, embedder, PARAMS, NOW)
+
+    def no_model(name):
+        raise AssertionError(f"model {name} loaded with nothing to embed")
+
+    monkeypatch.setattr("mindflow.embeddings._load_sentence_transformer", no_model)
+    unloaded = Embedder()
+    assert patrol.embed_new_scenes(con, [ADA, BOB], unloaded) == 0
+    run_patrol(con, ADA, unloaded, PARAMS, NOW + timedelta(days=1))
+    assert unloaded.stats["embedded"] == 0
+
+
 def test_new_node_joins_near_subcluster_else_closest_root(con, embedder):
     ensure_roots(con, ADA, NOW)
     sub_vector = embed(embedder, SUB_TOPIC)

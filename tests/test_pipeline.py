@@ -161,6 +161,31 @@ def test_importing_definitions_does_not_import_the_model():
     assert out[:3] == ["False", "False", "False"]
 
 
+def test_lancedb_is_imported_with_its_client_validators_deferred_and_still_validating():
+    # In a fresh interpreter: lancedb's namespace REST client gets its pydantic validators
+    # built on first call, pydantic's own decorator is given back, and validation holds.
+    code = """
+import pydantic
+validate_call = pydantic.validate_call
+from mindflow import lance
+lance.lancedb_module()
+from lance_namespace_urllib3_client import ApiClient
+from lance_namespace_urllib3_client.api.table_api import TableApi
+wrapper = TableApi.describe_table.__closure__[0].cell_contents.__self__
+built_before = wrapper.__pydantic_complete__
+try:
+    TableApi(ApiClient()).describe_table(id=123, describe_table_request=None)
+    outcome = "accepted"
+except pydantic.ValidationError as error:
+    outcome = f"rejected {error.error_count()}"
+print(pydantic.validate_call is validate_call, built_before, wrapper.__pydantic_complete__, outcome, sep="|")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.strip()
+    assert out == "True|False|True|rejected 2"
+
+
 # --------------------------------------------------------------------------- the whole graph
 
 
