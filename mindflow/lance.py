@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -74,6 +74,7 @@ def all_of(*conditions: str) -> str:
 
 
 _IMPORT_LOCK = threading.Lock()
+_LANCEDB: list = []  # the module, once fully imported
 
 
 def lancedb_module():
@@ -86,10 +87,11 @@ def lancedb_module():
     import the wrappers are built with pydantic's `defer_build`: each builds its
     validator on its first call instead and validates exactly as before.
     """
-    module = sys.modules.get("lancedb")
-    if module is not None:
-        return module
-    with _IMPORT_LOCK:
+    if _LANCEDB:
+        return _LANCEDB[0]
+    with _IMPORT_LOCK:  # also waits for an import under way in the background
+        if _LANCEDB:
+            return _LANCEDB[0]
         import pydantic
 
         validate_call = pydantic.validate_call
@@ -105,7 +107,27 @@ def lancedb_module():
             import lancedb
         finally:
             pydantic.validate_call = validate_call
+        _LANCEDB.append(lancedb)
     return lancedb
+
+
+def import_in_background() -> threading.Thread | None:
+    """Start importing lancedb on a daemon thread (about a second of CPU); None when done or under way.
+
+    For a run that opens LanceDB after work that leaves a core free: DuckDB statements
+    release the GIL. Never while the model embeds, whose threads want both cores. A
+    failed import is left to the first use, which imports again and reports it.
+    """
+    if _LANCEDB or _IMPORT_LOCK.locked():
+        return None
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            lancedb_module()
+
+    thread = threading.Thread(target=run, name="mindflow-import-lancedb", daemon=True)
+    thread.start()
+    return thread
 
 
 def connect(path: Path):

@@ -158,11 +158,12 @@ def embed_new_scenes(con: duckdb.DuckDBPyConnection, being_ids: list[str], embed
     The patrol visits beings one by one; embedding all their new texts together first
     lets the model batch texts of similar length across beings instead of padding a
     few small batches per being, and `step_nodes` then finds every vector in the
-    cache. Returns the count.
+    cache. Returns the count of node texts.
     """
     texts = [node_text(row[4], row[2], row[8]) for row in _scenes_without_node(con, being_ids)]
     if texts:  # nothing new: the model is not even loaded
-        embedder.encode_cached(con, texts)
+        # The root prototypes too, which new nodes are compared with (cached after the first patrol).
+        embedder.encode_cached(con, texts + [ROOT_PROTOTYPES[label] for label in ROOT_LABELS])
     return len(texts)
 
 
@@ -305,7 +306,7 @@ def recompute_cluster_vectors(con: duckdb.DuckDBPyConnection, being_id: str, now
         params=[being_id],
     ).to_arrow_table()
     if active.num_rows:
-        cluster_ids = active.column("cluster_id").to_numpy(zero_copy_only=False)
+        cluster_ids = np.asarray(active.column("cluster_id").to_pylist(), dtype=object)
         starts = np.flatnonzero(np.r_[True, cluster_ids[1:] != cluster_ids[:-1]])
         sums = np.add.reduceat(to_matrix(active.column("vector")).astype(np.float64), starts, axis=0)
         counts = np.diff(np.r_[starts, len(cluster_ids)])[:, None]
