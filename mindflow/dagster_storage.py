@@ -20,26 +20,43 @@ daemon and a plain `SqliteEventLogStorage` read them unchanged.
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from dagster._config import Field, StringSource
 from dagster._core.events import ASSET_EVENTS
 from dagster._core.events.log import EventLogEntry
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata, SqlEventLogStorageTable
+from dagster._core.storage.event_log.sqlite import sqlite_event_log
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
     SQLITE_BUSY_TIMEOUT_SECONDS,
     SqliteEventLogStorage,
 )
-from sqlalchemy import create_engine
+from dagster._core.storage.sql import get_alembic_config
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DatabaseError
 
 from mindflow.errors import MindflowError
 
 # Engines kept open: the index and the few runs being written or watched at a time.
 MAX_ENGINES = 6
+
+_SCRIPTS: list[ScriptDirectory] = []
+_SCRIPTS_LOCK = threading.Lock()
+
+
+def _migration_scripts() -> ScriptDirectory:
+    """Dagster's alembic scripts for the SQLite event log, read once per process."""
+    with _SCRIPTS_LOCK:
+        if not _SCRIPTS:
+            _SCRIPTS.append(ScriptDirectory.from_config(get_alembic_config(sqlite_event_log.__file__)))
+        return _SCRIPTS[0]
 
 
 class MindflowSqliteEventLogStorage(SqliteEventLogStorage):
@@ -89,6 +106,26 @@ class MindflowSqliteEventLogStorage(SqliteEventLogStorage):
             with engine.connect() as conn, conn.begin():
                 yield conn
 
+    def _initdb(self, engine: Engine, for_index_shard: bool = False) -> None:
+        """A new run's database, as Dagster creates it (its tables, WAL, stamped at the head
+        revision), with the migration scripts read once per process: Dagster reads all of
+        them again for every run, ~0.15 s each. The index, and a database another process
+        is creating at the same moment, take Dagster's own path (which retries)."""
+        if for_index_shard:
+            super()._initdb(engine, for_index_shard=True)
+            return
+        scripts = _migration_scripts()
+        try:
+            with engine.connect() as connection:
+                context = MigrationContext.configure(connection)
+                if context.get_current_revision() is None:
+                    SqlEventLogStorageMetadata.create_all(engine)
+                    connection.execute(text("PRAGMA journal_mode=WAL;"))
+                    context.stamp(scripts, "head")
+                connection.commit()
+        except (DatabaseError, sqlite3.DatabaseError):
+            super()._initdb(engine)
+
     def has_table(self, table_name: str) -> bool:
         # Dagster's tables are created by migrations, never dropped while a process runs.
         with self._tables_lock:
@@ -114,7 +151,7 @@ class MindflowSqliteEventLogStorage(SqliteEventLogStorage):
             return
         rows = [self._event_to_row(event) for event in events]
         with self.run_connection(events[0].run_id) as conn:
-            conn.execute(SqlEventLogStorageTable.insert().values(rows))
+            conn.execute(SqlEventLogStorageTable.insert(), rows)
         with self.index_transaction() as conn:
             inserted = conn.execute(
                 SqlEventLogStorageTable.insert().returning(

@@ -186,3 +186,29 @@ def test_jobs_in_one_process_share_their_homes_instance(tmp_path, monkeypatch, s
     config.write_text(config.read_text() + "# edited\n")
     run_job(load_settings(), "decay", partition="2026-10-13")
     assert runner._INSTANCE[0][1] is not other_instance
+
+
+def test_a_new_run_database_is_created_as_dagster_creates_it(tmp_path):
+    """Same tables, indexes, journal mode and alembic revision as Dagster's own storage writes."""
+    import sqlite3
+
+    def created_by(storage_class, folder):
+        storage = storage_class(str(folder))
+        try:
+            with storage.run_connection("a-run") as conn:
+                conn.exec_driver_sql("SELECT 1")
+        finally:
+            storage.dispose()
+        with sqlite3.connect(folder / "a-run.db") as db:
+            return {
+                "schema": db.execute(
+                    "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
+                ).fetchall(),
+                "revision": db.execute("SELECT version_num FROM alembic_version").fetchall(),
+                "journal": db.execute("PRAGMA journal_mode").fetchall(),
+            }
+
+    ours = created_by(MindflowSqliteEventLogStorage, tmp_path / "ours")
+    theirs = created_by(SqliteEventLogStorage, tmp_path / "theirs")
+    assert ours == theirs
+    assert ours["journal"] == [("wal",)] and len(ours["revision"]) == 1 and ours["schema"]
