@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.partitions import beings
-from mindflow import audit, lance, patrol
+from mindflow import audit, patrol
 from mindflow.audit.tables import log_history
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource, EmbeddingResource
@@ -143,9 +143,6 @@ def nodes(
         # Critical files are verified at the start of every run; changes are logged as ALERT.
         integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
         patrol.embed_new_scenes(con, list(context.partition_keys), embedder)
-        # This run publishes to LanceDB two assets on: import it now, beside the DuckDB
-        # work below (the model is done, so a core is free).
-        lance.import_in_background()
         for being_id in context.partition_keys:
             now = utcnow()
             folded = patrol.step_fold_events(con, being_id, events_dir, now)

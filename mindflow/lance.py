@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -90,7 +89,7 @@ def lancedb_module():
     """
     if _LANCEDB:
         return _LANCEDB[0]
-    with _IMPORT_LOCK:  # also waits for an import under way in the background
+    with _IMPORT_LOCK:  # another thread importing it: wait for the whole module
         if _LANCEDB:
             return _LANCEDB[0]
         import pydantic
@@ -110,25 +109,6 @@ def lancedb_module():
             pydantic.validate_call = validate_call
         _LANCEDB.append(lancedb)
     return lancedb
-
-
-def import_in_background() -> threading.Thread | None:
-    """Start importing lancedb on a daemon thread (about a second of CPU); None when done or under way.
-
-    For a run that opens LanceDB after work that leaves a core free: DuckDB statements
-    release the GIL. Never while the model embeds, whose threads want both cores. A
-    failed import is left to the first use, which imports again and reports it.
-    """
-    if _LANCEDB or _IMPORT_LOCK.locked():
-        return None
-
-    def run() -> None:
-        with contextlib.suppress(Exception):
-            lancedb_module()
-
-    thread = threading.Thread(target=run, name="mindflow-import-lancedb", daemon=True)
-    thread.start()
-    return thread
 
 
 def connect(path: Path):

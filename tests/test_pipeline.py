@@ -162,17 +162,20 @@ def test_importing_definitions_does_not_import_the_model():
 
 
 def test_lancedb_is_imported_with_its_client_validators_deferred_and_still_validating():
-    # In a fresh interpreter: lancedb imported on a background thread while the main thread
-    # asks for it (and so waits for the whole module); its namespace REST client gets its
-    # pydantic validators built on first call, pydantic's own decorator is given back, and
-    # validation holds.
+    # In a fresh interpreter: lancedb asked for by two threads at once (each waits for the
+    # whole module); its namespace REST client gets its pydantic validators built on first
+    # call, pydantic's own decorator is given back, and validation holds.
     code = """
+import threading
 import pydantic
 validate_call = pydantic.validate_call
 from mindflow import lance
-thread = lance.import_in_background()
+other = []
+thread = threading.Thread(target=lambda: other.append(lance.lancedb_module()))
+thread.start()
 module = lance.lancedb_module()
-print(thread is not None, callable(module.connect), lance.import_in_background() is None, sep="|")
+thread.join()
+print(other == [module], callable(module.connect), callable(other[0].connect), sep="|")
 from lance_namespace_urllib3_client import ApiClient
 from lance_namespace_urllib3_client.api.table_api import TableApi
 wrapper = TableApi.describe_table.__closure__[0].cell_contents.__self__
