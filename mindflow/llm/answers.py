@@ -1,0 +1,34 @@
+"""Reading a model's answer: the one JSON object in it, validated against the prompt's schema."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pydantic
+
+from mindflow.llm.providers import Unusable
+
+_FENCE = re.compile(r"^```[a-zA-Z0-9_-]*\s*|\s*```$")
+
+
+def parse_structured(text: str, schema: type[pydantic.BaseModel]) -> pydantic.BaseModel:
+    """The one JSON object in a model's answer, validated; Unusable otherwise."""
+    body = _FENCE.sub("", text.strip()).strip()
+    if not body.startswith("{"):
+        start, end = body.find("{"), body.rfind("}")
+        if start < 0 or end <= start:
+            raise Unusable("no JSON object in the answer")
+        body = body[start : end + 1]
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise Unusable(f"malformed JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(data, dict):
+        raise Unusable("the answer is not a JSON object")
+    try:
+        return schema.model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ())) or "(root)"
+        raise Unusable(f"wrong shape: {loc}: {first.get('msg')}") from None
