@@ -23,6 +23,7 @@ from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResourc
 from sensors.ebooks import ebook_folder_sensor
 from sensors.inbox import inbox_sensor
 from sensors.narrative import narrative_sensor
+from sensors.runs import stale_run_sensor
 
 defs = dg.Definitions(
     assets=[episodes, scene_notes, nodes, clusters, journal, decay_scores, memories, facts_graph,
@@ -30,7 +31,7 @@ defs = dg.Definitions(
     jobs=[ingest_job, extraction_job, patrol_job, decay_job, narrative_job, audit_digest_job,
           ebook_reindex_job],
     schedules=[nightly_patrol, nightly_decay, nightly_narrative, monthly_audit_digest, weekly_ebook_reindex],
-    sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor],
+    sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor, stale_run_sensor],
     resources={
         "duckdb": DuckDBResource(),
         "lancedb": LanceDBResource(),

@@ -60,6 +60,11 @@ def run(
         summaries = run_job(load_settings(), job, being=being, partition=partition)
     except MindflowError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        # Episodes stay in the inbox; a run cut short is marked failed by the next one (its
+        # process is gone), so nothing waits for it.
+        typer.echo("interrupted: stopped waiting or running; nothing is lost, run it again", err=True)
+        raise typer.Exit(code=130) from None
     if not summaries:
         typer.echo(f"{job}: nothing to do (no pending inbox file)")
     for s in summaries:

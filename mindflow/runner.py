@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
+from mindflow import pool
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
 from mindflow.inbox import pending_days, plan_ranges, validate_being_id
@@ -25,8 +28,11 @@ DAGSTER_YAML = """\
 # Written by mindflow: the local Dagster instance of this MINDFLOW_HOME.
 concurrency:
   pools:
-    # Pool `duckdb` (every asset that opens the DuckDB file) runs one step at a time.
+    # Pool `duckdb` (every asset that opens the DuckDB file) admits one run at a time, held
+    # from the run's start to its end: queued runs wait in the queue, asleep (see
+    # mindflow/pool.py for why not per step).
     default_limit: 1
+    granularity: run
 telemetry:
   enabled: false
 # Dagster's SQLite event log, keeping its connections and batching partition events
@@ -36,7 +42,18 @@ event_log_storage:
   class: MindflowSqliteEventLogStorage
 """
 # What earlier versions of mindflow wrote, upgraded in place while nobody has edited it.
-_EARLIER_YAML = (DAGSTER_YAML.split("# Dagster's SQLite event log")[0],)
+_EARLIER_POOLS = """\
+concurrency:
+  pools:
+    # Pool `duckdb` (every asset that opens the DuckDB file) runs one step at a time.
+    default_limit: 1
+telemetry:
+  enabled: false
+"""
+_EARLIER_YAML = tuple(
+    "# Written by mindflow: the local Dagster instance of this MINDFLOW_HOME.\n" + _EARLIER_POOLS + rest
+    for rest in ("", DAGSTER_YAML.split("telemetry:\n  enabled: false\n")[1])
+)
 # The CLI prints one line per run; the full event log is in the UI.
 _QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -96,7 +113,9 @@ def init_home(settings: Settings) -> Path:
     home = prepare_instance(settings)
     import dagster as dg
 
-    dg.DagsterInstance.get().dispose()
+    # A run left "started" by a killed process is marked failed here too, as before any run.
+    with dg.DagsterInstance.get() as instance:
+        pool.reap_stale_runs(instance, log=_say)
     with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s):
         pass
     return home
@@ -154,10 +173,51 @@ def _day_range(partition: str) -> tuple[date, date]:
     return first, last
 
 
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _pool_turn(instance, say: Callable[[str], None]) -> Iterator[None]:
+    """Hold this home's turn at pool `duckdb` while a run executes in this process.
+
+    A file lock orders the CLI's own runs (the kernel drops it with a killed process, so
+    a kill -9 never leaves it taken); then `pool.wait_until_free` waits out runs that the
+    daemon or the UI launched. Both wait asleep, and say what they wait for.
+    """
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(Path(os.environ["DAGSTER_HOME"]) / f"pool-{pool.POOL}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        pool.reap_stale_runs(instance, log=say)
+        held = "; ".join(h.describe() for h in pool.holders(instance)) or "a run that is starting"
+        say(
+            f"waiting for pool {pool.POOL}: another mindflow process runs {held}. "
+            "Ctrl-C stops waiting; nothing is lost."
+        )
+        lock.acquire(poll_interval=pool.WAIT_POLL_S)
+    try:
+        pool.wait_until_free(instance, say)
+        yield
+    finally:
+        lock.release()
+
+
 def run_job(
-    settings: Settings, job: str, *, being: str | None = None, partition: str | None = None
+    settings: Settings,
+    job: str,
+    *,
+    being: str | None = None,
+    partition: str | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> list[RunSummary]:
-    """Execute a job through Dagster on the local instance; returns one summary per run."""
+    """Execute a job through Dagster on the local instance; returns one summary per run.
+
+    A run starts once pool `duckdb` is free: runs left unfinished by a dead process are
+    marked failed first, and a wait for a live one is announced through `say` (stderr).
+    """
     if job not in JOBS:
         raise MindflowError(f"unknown job {job!r}; use one of: {', '.join(JOBS)}")
     if being is not None:
@@ -246,9 +306,11 @@ def run_job(
 
     summaries = []
     for label, kwargs in runs:
-        result = job_def.execute_in_process(
-            instance=instance, raise_on_error=False, run_config=_QUIET, **kwargs
-        )
+        kwargs.setdefault("tags", {}).update(pool.run_tags())
+        with _pool_turn(instance, say or _say):
+            result = job_def.execute_in_process(
+                instance=instance, raise_on_error=False, run_config=_QUIET, **kwargs
+            )
         summaries.append(RunSummary(job, label, result.run_id, result.success, _changes(result)))
         if not result.success:
             failure = next((e for e in result.all_events if e.is_failure and e.event_specific_data), None)

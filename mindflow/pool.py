@@ -1,0 +1,262 @@
+"""Pool `duckdb` across processes: which runs hold it, runs whose process is gone, and waiting.
+
+With mindflow/runner.py and mindflow/resources.py, a library module that knows Dagster: it
+reads the instance's run records, as the CLI, `mindflow init` and the `stale_run_sensor` do.
+
+Every job of the code location opens the DuckDB file, so its assets are in pool `duckdb`
+with limit 1 and `granularity: run` (dagster.yaml): a run holds the pool from its start to
+its end. Dagster's queued run coordinator keeps daemon-launched runs queued while another
+run that uses the pool is in progress, and the CLI waits the same way here, asleep, before
+it starts its run in process. (At op granularity an in-process run blocked on the pool
+polls the slot table in a loop at most of a core, and a run killed with -9 keeps its slot.)
+
+A run killed with -9 stays "started" in Dagster's run storage forever. Its process is
+known (`mindflow/pid` and `mindflow/host` tags on the CLI's runs; the pid of the process
+that executed its steps, from its engine events, for runs a launcher started on this
+machine), so a run whose process is gone is reported failed and its slots are freed
+before anybody waits for it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+POOL = "duckdb"
+PID_TAG = "mindflow/pid"
+PID_START_TAG = "mindflow/pid_start"  # the process's start time, so a reused pid is not taken for it
+HOST_TAG = "mindflow/host"
+WAIT_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A run in progress that holds (or is about to hold) the pool."""
+
+    run_id: str
+    job: str
+    status: str
+    pid: int | None
+    started: datetime | None
+
+    def describe(self) -> str:
+        when = f", since {self.started:%Y-%m-%d %H:%M:%S} UTC" if self.started else ""
+        pid = f", pid {self.pid}" if self.pid else ""
+        return f"{self.job} run {self.run_id[:8]} ({self.status.lower()}{pid}{when})"
+
+
+@dataclass
+class ReapReport:
+    """What `reap_stale_runs` did: runs reported failed, runs whose leftover slots were freed."""
+
+    failed: list[str] = field(default_factory=list)
+    freed_slots: dict[str, int] = field(default_factory=dict)
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a process in clock ticks since boot (Linux), None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def process_alive(pid: int, start: str | None = None) -> bool:
+    """Whether `pid` is a live process (not a zombie), and the same one if its start is known."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields and fields[0] in (b"Z", b"X"):
+        return False  # killed, not yet reaped by its parent: it holds nothing
+    return start is None or process_start(pid) in (None, start)
+
+
+def run_tags() -> dict[str, str]:
+    """Tags that let any later process tell whether this process is still alive."""
+    pid = os.getpid()
+    tags = {PID_TAG: str(pid), HOST_TAG: socket.gethostname()}
+    start = process_start(pid)
+    if start is not None:
+        tags[PID_START_TAG] = start
+    return tags
+
+
+def _local_storage(instance) -> bool:
+    """Runs of an instance on SQLite files were all launched on this machine."""
+    return type(instance.run_storage).__name__.lower().startswith("sqlite")
+
+
+def _worker_pid(instance, run_id: str) -> int | None:
+    """The pid of the process that executes a launched run's steps, from its engine events."""
+    import dagster as dg
+
+    pid = None
+    for record in instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=50
+    ).records:
+        event = record.event_log_entry.dagster_event
+        data = getattr(event, "engine_event_data", None) if event else None
+        value = (data.metadata or {}).get("pid") if data else None
+        if value is not None:
+            try:
+                pid = int(value.value)
+            except (TypeError, ValueError):
+                continue
+    return pid
+
+
+def _process_of(instance, run) -> tuple[int | None, str | None, bool]:
+    """(pid, its start time, whether this machine can check it) for a run."""
+    tags = run.tags
+    if PID_TAG in tags:
+        try:
+            pid = int(tags[PID_TAG])
+        except ValueError:
+            return None, None, False
+        return pid, tags.get(PID_START_TAG), tags.get(HOST_TAG) == socket.gethostname()
+    if _local_storage(instance):
+        return _worker_pid(instance, run.run_id), None, True
+    return None, None, False
+
+
+def _in_progress(instance) -> list:
+    import dagster as dg
+
+    return list(
+        instance.get_run_records(
+            filters=dg.RunsFilter(
+                statuses=[
+                    dg.DagsterRunStatus.NOT_STARTED,
+                    dg.DagsterRunStatus.STARTING,
+                    dg.DagsterRunStatus.STARTED,
+                    dg.DagsterRunStatus.CANCELING,
+                ]
+            )
+        )
+    )
+
+
+def _uses_pool(run) -> bool:
+    concurrency = run.run_op_concurrency
+    # A run recorded without its pools (older Dagster) is assumed to use it: every job does.
+    return concurrency is None or POOL in (concurrency.all_pools or ())
+
+
+def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapReport:
+    """Report failed every unfinished run whose process is gone; free the slots of finished runs.
+
+    A run is only judged when its process can be checked from here: a run of another
+    machine, or one whose pid is not known yet (being launched), is left to Dagster's run
+    monitoring.
+    """
+    import dagster as dg
+
+    report = ReapReport()
+    for record in _in_progress(instance):
+        run = record.dagster_run
+        pid, start, checkable = _process_of(instance, run)
+        if not checkable:
+            continue
+        if pid is None:
+            # Created by the CLI but never started (killed in between), or launched and not
+            # yet started: only the CLI's runs are judged, by their own tag above.
+            continue
+        if process_alive(pid, start):
+            continue
+        message = (
+            f"The process of this run (pid {pid}) is gone (killed, or its machine restarted): "
+            "mindflow marked the run failed and freed its pool slots so later runs can start."
+        )
+        if run.status == dg.DagsterRunStatus.CANCELING:
+            instance.report_run_canceled(run, message=message)
+        else:
+            instance.report_run_failed(run, message=message)
+        report.failed.append(run.run_id)
+        if log:
+            log(f"run {run.run_id} ({run.job_name}, pid {pid}) was left unfinished by a dead process: marked failed")
+    storage = instance.event_log_storage
+    if storage.supports_global_concurrency_limits:
+        holding = storage.get_concurrency_run_ids()
+        if holding:
+            done = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+            finished = {
+                r.dagster_run.run_id
+                for r in instance.get_run_records(filters=dg.RunsFilter(run_ids=list(holding), statuses=done))
+            }
+            # A slot held by a run that is not in the run storage at all was left by a
+            # deleted run: it can never be freed by that run either.
+            known = {r.dagster_run.run_id for r in instance.get_run_records(dg.RunsFilter(run_ids=list(holding)))}
+            for run_id in sorted(finished | (set(holding) - known)):
+                freed = storage.free_concurrency_slots_for_run(run_id)
+                report.freed_slots[run_id] = len(freed or ())
+                if log:
+                    log(f"freed the pool slots left by finished run {run_id}")
+    return report
+
+
+def holders(instance, exclude: str | None = None) -> list[Holder]:
+    """The live runs in progress that use the pool, oldest first."""
+    import dagster as dg
+
+    found = []
+    for record in _in_progress(instance):
+        run = record.dagster_run
+        if run.run_id == exclude or not _uses_pool(run):
+            continue
+        if run.status == dg.DagsterRunStatus.NOT_STARTED:
+            continue  # holds nothing until it starts; a dead one is reaped above
+        pid, _, _ = _process_of(instance, run)
+        started = datetime.fromtimestamp(record.start_time, UTC) if record.start_time else None
+        found.append(Holder(run.run_id, run.job_name, run.status.value, pid, started))
+    return sorted(found, key=lambda h: h.started or datetime.max.replace(tzinfo=UTC))
+
+
+def wait_until_free(
+    instance,
+    say: Callable[[str], None],
+    *,
+    poll_s: float = WAIT_POLL_S,
+    timeout_s: float | None = None,
+) -> float:
+    """Sleep until no other live run holds the pool; returns the seconds waited.
+
+    Says once what it waits for (and again when that changes). Between checks it sleeps,
+    so waiting costs no measurable CPU, and Ctrl-C (KeyboardInterrupt) stops it at once.
+    """
+    began = time.monotonic()
+    last = None
+    while True:
+        reap_stale_runs(instance, log=say)
+        blocking = holders(instance)
+        if not blocking:
+            return time.monotonic() - began
+        names = "; ".join(h.describe() for h in blocking)
+        if names != last:
+            say(f"waiting for pool {POOL}: held by {names}. Ctrl-C stops waiting; nothing is lost.")
+            last = names
+        if timeout_s is not None and time.monotonic() - began > timeout_s:
+            from mindflow.errors import MindflowError
+
+            raise MindflowError(f"pool {POOL} still held after {timeout_s:.0f} s by {names}")
+        time.sleep(poll_s)

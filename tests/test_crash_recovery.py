@@ -1,0 +1,148 @@
+"""A `mindflow run` killed with -9 mid-step, or frozen while it holds pool `duckdb`: later runs
+wait asleep, say what they wait for, stop on Ctrl-C, and complete once the holder is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import SAMPLES, mindflow, start
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc for CPU time")
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _instance(home: Path):
+    import dagster as dg
+
+    assert os.environ["DAGSTER_HOME"] == str(home / "dagster")
+    return dg.DagsterInstance.get()
+
+
+def _wait_for_step(home: Path, job: str, proc: subprocess.Popen, timeout: float = 120) -> str:
+    """The run id of `job` once one of its steps has started (the pool is taken then)."""
+    import dagster as dg
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"{job} ended before a step started: {proc.communicate()}"
+        if (home / "dagster" / "dagster.yaml").exists():
+            with _instance(home) as instance:
+                for record in instance.get_run_records(dg.RunsFilter(job_name=job, statuses=[dg.DagsterRunStatus.STARTED])):
+                    run_id = record.dagster_run.run_id
+                    if instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_START).records:
+                        return run_id
+        time.sleep(0.2)
+    raise AssertionError(f"no step of {job} started within {timeout} s")
+
+
+def _cpu_seconds(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def _read_until(stream, needle: str, timeout: float) -> str:
+    """Lines of a pipe until one holds `needle` (the pipe is read on a thread: no deadlock)."""
+    import queue
+    import threading
+
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        if needle in line:
+            return "".join(seen)
+    raise AssertionError(f"{needle!r} not printed within {timeout} s; got {''.join(seen)!r}")
+
+
+@pytest.fixture
+def ingested(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))  # this test reads the runs too
+    landed = mindflow(home, "ingest", str(SAMPLES / "bram" / "2026-10-20.md"), "--being", "bram")
+    assert landed.returncode == 0, landed.stderr
+    ran = mindflow(home, "run", "ingest")
+    assert ran.returncode == 0, ran.stderr
+    return home
+
+
+def test_a_run_killed_mid_step_never_blocks_the_next_one(ingested):
+    home = ingested
+    victim = start(home, "run", "patrol")
+    killed_run = _wait_for_step(home, "patrol", victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+
+    # Before the fix the next run waited for the dead run's slot for ever, printing nothing.
+    again = mindflow(home, "run", "patrol", timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert "patrol [bram] run" in again.stdout and ": ok" in again.stdout
+    assert f"run {killed_run} (patrol, pid {victim.pid}) was left unfinished by a dead process" in again.stderr
+
+    import dagster as dg
+
+    with _instance(home) as instance:
+        assert instance.get_run_by_id(killed_run).status == dg.DagsterRunStatus.FAILURE
+        assert not instance.event_log_storage.get_concurrency_run_ids()
+
+    # `mindflow status` sees the memory the second patrol made.
+    status = mindflow(home, "status")
+    assert status.returncode == 0 and "bram" in status.stdout
+
+
+def test_a_waiting_run_says_why_sleeps_and_stops_on_ctrl_c(ingested):
+    home = ingested
+    holder = start(home, "run", "patrol")
+    _wait_for_step(home, "patrol", holder)
+    holder.send_signal(signal.SIGSTOP)  # alive, holding the pool, doing nothing
+    try:
+        waiter = start(home, "run", "decay")
+        said = _read_until(waiter.stderr, "waiting for pool duckdb", timeout=90)
+        assert "patrol run" in said and f"pid {holder.pid}" in said and "Ctrl-C" in said
+
+        # Waiting costs nothing measurable: before the fix it spun at ~0.8 of a core.
+        before = _cpu_seconds(waiter.pid)
+        time.sleep(5)
+        spent = _cpu_seconds(waiter.pid) - before
+        assert spent < 0.25, f"the waiting run used {spent:.2f} s of CPU in 5 s"
+
+        waiter.send_signal(signal.SIGINT)
+        out, err = waiter.communicate(timeout=15)
+        assert waiter.returncode == 130, (out, err)
+        assert "interrupted" in err and "Traceback" not in err
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.communicate()
+
+    # The frozen holder is gone now: the next run marks it failed and completes.
+    again = mindflow(home, "run", "decay", timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert "decay [" in again.stdout and ": ok" in again.stdout
+
+
+def test_init_marks_a_dead_run_failed(ingested):
+    import dagster as dg
+
+    home = ingested
+    victim = start(home, "run", "patrol")
+    killed_run = _wait_for_step(home, "patrol", victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+
+    done = mindflow(home, "init")
+    assert done.returncode == 0, done.stderr
+    with _instance(home) as instance:
+        assert instance.get_run_by_id(killed_run).status == dg.DagsterRunStatus.FAILURE
