@@ -106,8 +106,11 @@ def test_a_run_killed_mid_step_never_blocks_the_next_one(ingested):
 def test_a_waiting_run_says_why_sleeps_and_stops_on_ctrl_c(ingested):
     home = ingested
     holder = start(home, "run", "patrol")
-    _wait_for_step(home, "patrol", holder)
+    held_by = _wait_for_step(home, "patrol", holder)
     holder.send_signal(signal.SIGSTOP)  # alive, holding the pool, doing nothing
+    with _instance(home) as instance:
+        # What keeps the daemon's queue (UI and sensor runs) waiting behind a CLI run too.
+        assert "duckdb" in instance.get_run_by_id(held_by).run_op_concurrency.all_pools
     try:
         waiter = start(home, "run", "decay")
         said = _read_until(waiter.stderr, "waiting for pool duckdb", timeout=90)
@@ -146,3 +149,36 @@ def test_init_marks_a_dead_run_failed(ingested):
     assert done.returncode == 0, done.stderr
     with _instance(home) as instance:
         assert instance.get_run_by_id(killed_run).status == dg.DagsterRunStatus.FAILURE
+
+
+def test_a_dagster_run_killed_mid_step_is_found_by_its_engine_pid(ingested):
+    """A run started outside mindflow's CLI (here `dagster job execute`, as the UI's launcher
+    does) carries no mindflow tags: the pid in its engine events tells that it is gone."""
+    import dagster as dg
+
+    from tests.test_cli import REPO, env_for
+
+    home = ingested
+    victim = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "dagster"), "job", "execute", "-f", str(REPO / "definitions.py"),
+         "-d", str(REPO), "-j", "patrol", "--tags", '{"dagster/partition": "bram"}'],
+        env=env_for(home), cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    killed_run = _wait_for_step(home, "patrol", victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+    from sensors.runs import stale_run_sensor
+
+    with _instance(home) as instance:
+        assert instance.get_run_by_id(killed_run).status == dg.DagsterRunStatus.STARTED
+        # What the daemon does every 30 s: the sensor judges the run by its engine pid.
+        result = stale_run_sensor(dg.build_sensor_context(instance=instance))
+        assert "marked 1 run(s) failed" in result.skip_message
+        assert instance.get_run_by_id(killed_run).status == dg.DagsterRunStatus.FAILURE
+        # A live run is left alone: a second look finds nothing to do.
+        again = stale_run_sensor(dg.build_sensor_context(instance=instance))
+        assert "every unfinished run has a live process" in again.skip_message
+
+    done = mindflow(home, "run", "patrol", timeout=240)
+    assert done.returncode == 0, done.stderr
