@@ -28,7 +28,7 @@ def episodes(
     with duckdb.connect() as con:
         # Critical files are verified at the start of every run; changes are logged as ALERT.
         integrity = audit.verify_critical(settings, con, run_id=context.run_id)
-        report = ingest(con, settings.inbox, start, end)
+        report = ingest(con, settings.inbox, start, end, max_chars=settings.max_episode_chars)
         total = con.execute("SELECT count(*) FROM episodes").fetchone()[0]
         in_range = con.execute(
             "SELECT count(*) FROM episodes WHERE day BETWEEN ? AND ?", [start, end]

@@ -30,7 +30,8 @@ def ingest(
     from mindflow.inbox import land_file
 
     try:
-        report = land_file(load_settings().inbox, path, being, format)
+        settings = load_settings()
+        report = land_file(settings.inbox, path, being, format, max_chars=settings.max_episode_chars)
     except MindflowError as exc:
         _fail(exc)
     span = f", days {report.first_day} .. {report.last_day}" if report.first_day else ""
@@ -129,7 +130,9 @@ def demo(
         for being_dir in sorted(p for p in inbox.iterdir() if p.is_dir()):
             for path in sorted(being_dir.iterdir()):
                 if path.suffix in (".jsonl", ".md"):
-                    report = land_file(settings.inbox, path, being_dir.name)
+                    report = land_file(
+                        settings.inbox, path, being_dir.name, max_chars=settings.max_episode_chars
+                    )
                     typer.echo(f"landed {being_dir.name}/{path.name}: {report.episodes} episodes")
         from mindflow.narrative import place_personas, workspace_summary
 

@@ -9,6 +9,8 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# About 8,000 tokens: a long message or note, well short of a pasted log or file dump.
+MAX_EPISODE_CHARS = 32_000
 # USD per million (input, output) tokens, by model name (prefix match); override with
 # MINDFLOW_LLM_PRICES='{"my-model": [0.5, 1.5]}'. Local models cost nothing.
 LLM_PRICES: dict[str, tuple[float, float]] = {
@@ -43,6 +45,12 @@ class Settings(BaseSettings):
         description="An ingest of pending files starts a new run where their days lie further apart: "
         "with mindflow's event log storage a daily partition costs ~1.5 ms and a run ~0.5 s, so gaps "
         "up to about a year cost less as one run.",
+    )
+    max_episode_chars: int = Field(
+        default=MAX_EPISODE_CHARS,
+        ge=1,
+        description="Longer episode texts are quarantined when landed or ingested, and POST episodes "
+        "answers 422: recall returns whole texts, so one huge episode would fill every answer it is in.",
     )
     duckdb_lock_timeout_s: float = Field(
         default=600.0, description="How long a job waits for another process holding the DuckDB file."

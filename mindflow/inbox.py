@@ -18,14 +18,16 @@ import pyarrow as pa
 from filelock import FileLock
 
 from mindflow import store
+from mindflow.config import MAX_EPISODE_CHARS
 from mindflow.errors import MindflowError
 from mindflow.files import atomic_write
-from mindflow.ingest import FORMATS, detect_format, parse_bytes
+from mindflow.ingest import FORMATS, REUSED_ID, detect_format, parse_bytes
 from mindflow.models import Episode, ParseResult, QuarantinedLine, utcnow
 
 BEING_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DONE = ".done"
 QUARANTINE = ".quarantine"
+LOCKS = ".locks"
 _SUFFIX_FOR_FORMAT = {"jsonl": ".jsonl", "openclaw": ".jsonl", "daily-md": ".md"}
 
 
@@ -64,26 +66,54 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def land_file(inbox: Path, source: Path, being_id: str, fmt: str | None = None) -> LandReport:
-    """Validate a file and place it in the being's inbox, atomically; the sensor takes it from there."""
+def inbox_lock(inbox: Path, being_id: str, timeout: float) -> FileLock:
+    """The lock held to append to or move one of a being's inbox files: one per being, outside its folder.
+
+    An flock dies with its process, so a writer killed mid-append never blocks the next
+    one. The lock file itself stays (removing a lock file another process waits on lets
+    two writers in at once), which is why it lives in `inbox/.locks/`, never among the
+    being's files, and why there is one per being rather than one per inbox file.
+    """
+    folder = inbox / LOCKS
+    folder.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(folder / f"{being_id}.lock"), timeout=timeout)
+
+
+def _safe_name(name: str) -> str:
+    """The name a file lands under, one ingestion reads.
+
+    Ingestion skips hidden files (temporary files of atomic writes start with "."), and
+    a name that is not UTF-8 cannot be stored in an episode's source_ref.
+    """
+    name = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace").lstrip(".")
+    return name or "landed"
+
+
+def land_file(
+    inbox: Path, source: Path, being_id: str, fmt: str | None = None, *, max_chars: int = MAX_EPISODE_CHARS
+) -> LandReport:
+    """Validate a file and place it in the being's inbox, atomically; the sensor takes it from there.
+
+    A hidden file (".notes.jsonl") lands without its leading dots, so it is ingested.
+    """
     validate_being_id(being_id)
     if fmt is not None and fmt not in FORMATS:
         raise MindflowError(f"unknown format {fmt!r}; use one of: {', '.join(FORMATS)}")
     if not source.is_file():
         raise MindflowError(f"{source}: no such file")
     data = source.read_bytes()
-    fmt = fmt or detect_format(source)
-    result = parse_bytes(data, source.name, being_id, fmt)
+    name = _safe_name(source.name)
+    fmt = fmt or detect_format(source, name)
+    result = parse_bytes(data, name, being_id, fmt, max_chars=max_chars)
     if not result.episodes and not result.heartbeats:
         reasons = "; ".join(f"line {q.line}: {q.reason}" for q in result.quarantined[:3])
         raise MindflowError(
             f"{source}: no valid episode found as {fmt}" + (f" ({reasons})" if reasons else "")
         )
-    name = source.name
     if fmt == "daily-md" and not name.endswith(".md"):
         raise MindflowError(f"{source}: daily markdown logs must be named YYYY-MM-DD.md")
     if fmt != "daily-md" and not name.endswith(".jsonl"):
-        name = f"{source.stem}{_SUFFIX_FOR_FORMAT[fmt]}"
+        name = f"{Path(name).stem}{_SUFFIX_FOR_FORMAT[fmt]}"
     target = _free_name(inbox / being_id, name, _sha256(data))
     if target is not None:
         atomic_write(target, data)
@@ -127,6 +157,11 @@ def pending_files(inbox: Path) -> list[LandedFile]:
 
 
 def _landed(being_id: str, path: Path, sha: str) -> LandedFile:
+    if _safe_name(path.name) != path.name:
+        # Dropped in by hand, not landed: a name that is not UTF-8 cannot go into source_ref.
+        return LandedFile(
+            being_id, path, sha, None, f"file name {_safe_name(path.name)!r} is not valid UTF-8; rename it"
+        )
     try:
         return LandedFile(being_id, path, sha, detect_format(path))
     except MindflowError as exc:
@@ -137,21 +172,21 @@ def _landed(being_id: str, path: Path, sha: str) -> LandedFile:
 # runs, then the ingest asset parses them again in the same process: the second time
 # comes from here. Bounded by the bytes of the files it holds; their parses take ~2.8x
 # that in memory (measured on the LoCoMo inbox files), so ~90 MB at most.
-_PARSED: OrderedDict[tuple[str, str, str, str], tuple[ParseResult, int]] = OrderedDict()
+_PARSED: OrderedDict[tuple[str, str, str, str, int], tuple[ParseResult, int]] = OrderedDict()
 _PARSED_LOCK = threading.Lock()
 PARSED_CACHE_BYTES = 32 * 1024 * 1024
 
 
-def parse_landed(landed: LandedFile) -> ParseResult:
+def parse_landed(landed: LandedFile, *, max_chars: int = MAX_EPISODE_CHARS) -> ParseResult:
     """The parse of a landed file (its format known), from the cache when its content was parsed before."""
-    key = (landed.sha256, landed.path.name, landed.being_id, landed.fmt)
+    key = (landed.sha256, landed.path.name, landed.being_id, landed.fmt, max_chars)
     with _PARSED_LOCK:
         cached = _PARSED.get(key)
         if cached is not None:
             _PARSED.move_to_end(key)
             return cached[0]
     data = landed.path.read_bytes()
-    result = parse_bytes(data, landed.path.name, landed.being_id, landed.fmt)
+    result = parse_bytes(data, landed.path.name, landed.being_id, landed.fmt, max_chars=max_chars)
     # Kept only when the bytes parsed are the ones the key names (the file may have grown).
     if len(data) <= PARSED_CACHE_BYTES and _sha256(data) == landed.sha256:
         with _PARSED_LOCK:
@@ -162,13 +197,13 @@ def parse_landed(landed: LandedFile) -> ParseResult:
     return result
 
 
-def pending_days(inbox: Path) -> dict[str, list[date]]:
+def pending_days(inbox: Path, *, max_chars: int = MAX_EPISODE_CHARS) -> dict[str, list[date]]:
     """The days covered by pending files, per being (what an ingest run must cover)."""
     days: dict[str, set[date]] = {}
     for landed in pending_files(inbox):
         if landed.fmt is None:
             continue
-        result = parse_landed(landed)
+        result = parse_landed(landed, max_chars=max_chars)
         days.setdefault(landed.being_id, set()).update(e.day for e in result.episodes)
     return {b: sorted(d) for b, d in days.items()}
 
@@ -254,7 +289,8 @@ def _write_quarantine(inbox: Path, landed: LandedFile, result: ParseResult) -> s
         for q in result.quarantined
     ]
     # Same content, same file name: re-parsing a file rewrites its quarantine, never appends twice.
-    atomic_write(target, ("\n".join(lines) + "\n").encode("utf-8"))
+    # A file name that is not UTF-8 is written as escapes, still valid JSON.
+    atomic_write(target, ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace"))
     return str(target)
 
 
@@ -280,21 +316,21 @@ def ingest(
     end: date,
     *,
     now: datetime | None = None,
+    max_chars: int = MAX_EPISODE_CHARS,
 ) -> IngestReport:
     """Upsert the episodes of days [start, end] from pending and done inbox files.
 
     A pending file moves to `inbox/.done/` once all its episodes are stored, by
     this run or earlier ones; until then it waits for runs covering its other days. Episodes are keyed
-    by (being_id, episode_id), so the same content ingested twice adds nothing.
+    by (being_id, episode_id), so the same content ingested twice adds nothing; an id
+    sent again with other text is quarantined.
     """
     now = now or utcnow()
     report = IngestReport()
     pending = pending_files(inbox)
     done = _done_files(con, inbox, start, end)
     pending_shas = {(p.being_id, p.sha256) for p in pending}
-    selected: list[Episode] = []
-    finished: list[tuple[LandedFile, ParseResult]] = []
-    waiting: list[tuple[LandedFile, ParseResult, list[Episode]]] = []
+    parsed: list[tuple[LandedFile, ParseResult, bool]] = []
     for landed in pending + [d for d in done if (d.being_id, d.sha256) not in pending_shas]:
         is_pending = DONE not in landed.path.relative_to(inbox).parts
         if landed.fmt is None:
@@ -303,7 +339,12 @@ def ingest(
                 report.quarantined += 1
                 report.quarantine_files.append(_quarantine_whole_file(inbox, landed, landed.error))
             continue
-        result = parse_landed(landed)
+        parsed.append((landed, parse_landed(landed, max_chars=max_chars), is_pending))
+
+    selected: list[Episode] = []
+    finished: list[tuple[LandedFile, ParseResult]] = []
+    waiting: list[tuple[LandedFile, ParseResult, list[Episode]]] = []
+    for landed, result, is_pending in _without_reused_ids(con, parsed):
         report.files += 1
         report.parsed += len(result.episodes)
         in_range = [e for e in result.episodes if start <= e.day <= end]
@@ -341,6 +382,61 @@ def ingest(
     for landed, result in finished:
         report.moved_to_done += _record_and_move(con, inbox, landed, result, now)
     return report
+
+
+def _without_reused_ids(
+    con: duckdb.DuckDBPyConnection, parsed: list[tuple[LandedFile, ParseResult, bool]]
+) -> list[tuple[LandedFile, ParseResult, bool]]:
+    """The parses with every episode whose id already came with other text moved to quarantine.
+
+    The first text keeps the id: a stored episode's, then one from a file already done
+    (a backfill reads those again), then pending files in order. Whole files are checked,
+    not only the run's days, so which line is quarantined never depends on the runs.
+    The parser has already done this within each file.
+    """
+    episodes = [e for _, result, _ in parsed for e in result.episodes]
+    if not episodes:
+        return parsed
+    keys = pa.table(
+        {"being_id": [e.being_id for e in episodes], "episode_id": [e.episode_id for e in episodes]}
+    )
+    with store.registered(con, "file_keys", keys):
+        stored = con.execute(
+            "SELECT being_id, episode_id, text, source_ref FROM episodes "
+            "SEMI JOIN file_keys USING (being_id, episode_id)"
+        ).fetchall()
+    firsts = {(b, i): (text, f"stored from {ref}") for b, i, text, ref in stored}
+    reused: dict[int, list[tuple[Episode, str]]] = {}
+    # sorted() is stable: done files (False) first, each group in its own order.
+    for index in sorted(range(len(parsed)), key=lambda i: parsed[i][2]):
+        for e in parsed[index][1].episodes:
+            text, where = firsts.setdefault((e.being_id, e.episode_id), (e.text, f"at {e.source_ref}"))
+            if text != e.text:
+                reused.setdefault(index, []).append((e, where))
+    if not reused:
+        return parsed
+    checked = list(parsed)
+    for index, pairs in reused.items():
+        landed, result, is_pending = parsed[index]
+        dropped = {id(e) for e, _ in pairs}
+        quarantined = list(result.quarantined)
+        # A done file's reused ids were quarantined when it was pending.
+        if is_pending:
+            raw_lines = landed.path.read_bytes().split(b"\n")
+            for e, where in pairs:
+                line_no = int(e.source_ref.rsplit(":", 1)[1])
+                raw = raw_lines[line_no - 1] if line_no <= len(raw_lines) else b""
+                reason = f"{REUSED_ID}: {e.episode_id!r} is {where}"
+                quarantined.append(
+                    QuarantinedLine(
+                        landed.path.name, line_no, reason, raw.rstrip(b"\r").decode("utf-8", "replace")
+                    )
+                )
+            quarantined.sort(key=lambda q: q.line)
+        # A new ParseResult: the one from parse_landed is shared through its cache.
+        kept = [e for e in result.episodes if id(e) not in dropped]
+        checked[index] = (landed, ParseResult(kept, quarantined, result.heartbeats), is_pending)
+    return checked
 
 
 def _quarantine_whole_file(inbox: Path, landed: LandedFile, reason: str) -> str:
@@ -386,7 +482,7 @@ def _record_and_move(
     days = [e.day for e in result.episodes]
     # Writers (the read API's POST episodes) append under this lock: hold it, and leave a
     # file that grew since it was read for the next run, so no appended line is lost.
-    with FileLock(str(landed.path.parent / f".{landed.path.name}.lock"), timeout=60):
+    with inbox_lock(inbox, landed.being_id, timeout=60):
         if _sha256(landed.path.read_bytes()) != landed.sha256:
             return False
         target = _free_name(inbox / DONE / landed.being_id, landed.path.name, landed.sha256)

@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from mindflow.config import MAX_EPISODE_CHARS
 from mindflow.errors import MindflowError
 from mindflow.models import EPISODE_KINDS, Episode, ParseResult, QuarantinedLine, episode_hash_id
 
@@ -81,6 +82,24 @@ _HEADING1 = re.compile(r"^#(?!#)\s")
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 _TIME_LIKE = re.compile(r"^\d{1,2}:\d")
 _KEY_VALUE = re.compile(r"^([a-z]+)\s*[:=]\s*(.*)$", re.IGNORECASE)
+
+# Deeper lines are quarantined before json.loads sees them: it recurses once per level and
+# raises RecursionError near the interpreter's limit, which depends on how deep the caller's
+# stack already is (a sensor tick, an API worker), so the same line would pass in one place
+# and crash another. No episode or transcript line needs more than a handful of levels.
+MAX_JSON_DEPTH = 100
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+# json.loads turns a `\udXXX` escape without its partner into a lone surrogate, which no
+# UTF-8 writer (DuckDB, Arrow, hashlib, the response encoder) accepts. Lines decoded from
+# UTF-8 can only carry one as such an escape; emoji arrive as escaped pairs from many
+# clients, so the escapes are counted first and the parsed line walked only when needed.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_PAIR = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+REUSED_ID = "id already used with other text"
 
 
 class _Reject(Exception):
@@ -198,14 +217,101 @@ def _lines(data: bytes, file_name: str, result: ParseResult):
         yield line_no, line
 
 
-def _json_object(line: str) -> dict:
+def _json_depth(line: str) -> int:
+    """How deep a JSON line's arrays and objects nest (brackets inside strings do not count)."""
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.findall(_JSON_STRING.sub("", line)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _load_json(line: str) -> Any:
+    """json.loads for one line, with what it cannot take (too deep, lone surrogates) rejected."""
+    # Fewer brackets than the limit cannot nest deeper than it; most lines stop here.
+    if line.count("[") + line.count("{") > MAX_JSON_DEPTH and _json_depth(line) > MAX_JSON_DEPTH:
+        raise _Reject(f"line nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        record = json.loads(line)
+        value = json.loads(line)
     except json.JSONDecodeError as exc:
         raise _Reject(f"bad JSON: {exc.msg} at column {exc.colno}") from exc
+    except RecursionError as exc:  # only when the caller's own stack is nearly exhausted
+        raise _Reject(f"line nested deeper than {MAX_JSON_DEPTH} levels") from exc
+    if _may_hold_lone_surrogate(line):
+        _reject_surrogates(value)
+    return value
+
+
+def _may_hold_lone_surrogate(line: str) -> bool:
+    """False when every surrogate escape of a JSON line pairs up as json.loads pairs them."""
+    escapes = len(_SURROGATE_ESCAPE.findall(line))
+    if not escapes:
+        return False
+    if "\\\\" in line:
+        # An escaped backslash shifts what counts as an escape ("\\\\udfff" is text).
+        return True
+    # Without one, every backslash starts an escape, and json.loads pairs a high
+    # surrogate escape with the low one right after it, left to right, as findall does.
+    return 2 * len(_SURROGATE_PAIR.findall(line)) != escapes
+
+
+def _escaped(text: str) -> str:
+    """Text safe to print and store: lone surrogates shown as their escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _reject_surrogates(value: Any) -> None:
+    """Reject a parsed line holding a lone surrogate, naming the field it sits in."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in reversed(item.items()):
+                path = f"{where}.{key}" if where else key
+                if found := _SURROGATE.search(key):
+                    raise _Reject(
+                        f"field name {_escaped(path)!r} contains an unpaired surrogate "
+                        f"{_escaped(found[0])} (half of a UTF-16 pair); send valid Unicode"
+                    )
+                stack.append((path, child))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item))))
+        elif isinstance(item, str) and (found := _SURROGATE.search(item)):
+            raise _Reject(
+                f"text contains an unpaired surrogate {_escaped(found[0])} at field "
+                f"{_escaped(where or 'line')!r} (half of a UTF-16 pair); send valid Unicode"
+            )
+
+
+def _json_object(line: str) -> dict:
+    record = _load_json(line)
     if not isinstance(record, dict):
         raise _Reject("not a JSON object")
     return record
+
+
+def _checked_text(text: str, max_chars: int) -> str:
+    if len(text) > max_chars:
+        raise _Reject(
+            f"text is {len(text):,} characters, over the {max_chars:,} limit (MINDFLOW_MAX_EPISODE_CHARS)"
+        )
+    return text
+
+
+def _keep(
+    result: ParseResult, episode: Episode, file_name: str, line_no: int, line: str, firsts: dict[str, Episode]
+) -> None:
+    """Add an episode, or quarantine it when an earlier line gave its id other text.
+
+    Storing either text silently would lose the other one; an identical re-send stays
+    an episode, counted as a duplicate when ingested.
+    """
+    first = firsts.setdefault(episode.episode_id, episode)
+    if first.text != episode.text:
+        reason = f"{REUSED_ID}: {_short(episode.episode_id)!r} at line {first.source_ref.rsplit(':', 1)[1]}"
+        result.quarantined.append(QuarantinedLine(file_name, line_no, reason, line))
+        return
+    result.episodes.append(episode)
 
 
 def _ts_field(value: Any) -> datetime:
@@ -220,26 +326,27 @@ def _ts_field(value: Any) -> datetime:
 # --------------------------------------------------------------------------- formats
 
 
-def _parse_jsonl(data: bytes, file_name: str, being_id: str, result: ParseResult) -> None:
+def _parse_jsonl(data: bytes, file_name: str, being_id: str, result: ParseResult, max_chars: int) -> None:
+    firsts: dict[str, Episode] = {}
     for line_no, line in _lines(data, file_name, result):
         try:
-            episode = _jsonl_record(_json_object(line), being_id, file_name, line_no, result)
+            episode = _jsonl_record(_json_object(line), being_id, file_name, line_no, result, max_chars)
         except _Reject as reject:
             result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
             continue
         if episode is not None:
-            result.episodes.append(episode)
+            _keep(result, episode, file_name, line_no, line, firsts)
 
 
 def _jsonl_record(
-    rec: dict, being_id: str, file_name: str, line_no: int, result: ParseResult
+    rec: dict, being_id: str, file_name: str, line_no: int, result: ParseResult, max_chars: int
 ) -> Episode | None:
     text = rec.get("text")
     if text is None:
         raise _Reject("missing text")
     if not isinstance(text, str):
         raise _Reject("text is not a string")
-    text = text.strip()
+    text = _checked_text(text.strip(), max_chars)
     if not text:
         raise _Reject("missing text")
     # Checked before the other fields so that a malformed heartbeat is not reported.
@@ -295,7 +402,7 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def _parse_openclaw(data: bytes, file_name: str, being_id: str, result: ParseResult) -> None:
+def _parse_openclaw(data: bytes, file_name: str, being_id: str, result: ParseResult, max_chars: int) -> None:
     records: list[tuple[int, str, dict]] = []
     for line_no, line in _lines(data, file_name, result):
         try:
@@ -314,19 +421,26 @@ def _parse_openclaw(data: bytes, file_name: str, being_id: str, result: ParseRes
         )
         or Path(file_name).stem
     )
+    firsts: dict[str, Episode] = {}
     for line_no, line, rec in records:
         try:
-            episode = _openclaw_record(rec, being_id, session_id, file_name, line_no, result)
+            episode = _openclaw_record(rec, being_id, session_id, file_name, line_no, result, max_chars)
         except _Reject as reject:
             result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
             continue
         if episode is not None:
-            result.episodes.append(episode)
+            _keep(result, episode, file_name, line_no, line, firsts)
     result.quarantined.sort(key=lambda q: q.line)
 
 
 def _openclaw_record(
-    rec: dict, being_id: str, session_id: str, file_name: str, line_no: int, result: ParseResult
+    rec: dict,
+    being_id: str,
+    session_id: str,
+    file_name: str,
+    line_no: int,
+    result: ParseResult,
+    max_chars: int,
 ) -> Episode | None:
     if isinstance(rec.get("message"), dict):
         msg = rec["message"]
@@ -337,7 +451,7 @@ def _openclaw_record(
     role = msg.get("role")
     if role not in ("user", "assistant"):
         return None
-    text = _content_text(msg.get("content"))
+    text = _checked_text(_content_text(msg.get("content")), max_chars)
     if not text:
         return None
     if is_heartbeat(text):
@@ -371,7 +485,7 @@ def _daily_date(file_name: str) -> date:
     except ValueError:
         pass
     raise MindflowError(
-        f"cannot read {Path(file_name).name} as daily notes: the name must be a real date "
+        f"cannot read {_escaped(Path(file_name).name)} as daily notes: the name must be a real date "
         f"like 2026-01-05.md; rename the file"
     )
 
@@ -413,7 +527,7 @@ def _entry_fields(parts: list[str]) -> dict:
     return fields
 
 
-def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseResult) -> None:
+def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseResult, max_chars: int) -> None:
     midnight = datetime.combine(_daily_date(file_name), datetime.min.time())
 
     def emit(line_no: int, ts: datetime, text: str, fields: dict) -> None:
@@ -447,10 +561,13 @@ def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseRes
         if entry is not None and entry[3] is not None:
             line_no, raw, ts, fields, body = entry
             text = "\n".join(b.strip() for b in body if b.strip())
-            if text:
-                emit(line_no, ts, text, fields)
+            try:
+                if not _checked_text(text, max_chars):
+                    raise _Reject("empty body")
+            except _Reject as reject:
+                result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), raw))
             else:
-                result.quarantined.append(QuarantinedLine(file_name, line_no, "empty body", raw))
+                emit(line_no, ts, text, fields)
         entry = None
 
     for line_no, line in _lines(data, file_name, result):
@@ -460,7 +577,7 @@ def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseRes
             close_entry()
             try:
                 fields = _entry_fields(bullet[1].split("|"))
-                text = bullet[2].strip()
+                text = _checked_text(bullet[2].strip(), max_chars)
                 if not text:
                     raise _Reject("missing text")
             except _Reject as reject:
@@ -503,21 +620,25 @@ _PARSERS = {"jsonl": _parse_jsonl, "openclaw": _parse_openclaw, "daily-md": _par
 # --------------------------------------------------------------------------- public entry points
 
 
-def detect_format(path: Path) -> str:
-    """Pick the parser for a landed file from its name and, for JSONL, its first record."""
+def detect_format(path: Path, name: str | None = None) -> str:
+    """Pick the parser for a landed file from its name and, for JSONL, its first record.
+
+    `name` is the name the file lands under, when that differs from the path's.
+    """
     path = Path(path)
-    suffix = path.suffix.lower()
+    name = name or path.name
+    suffix = Path(name).suffix.lower()
     if suffix == ".md":
-        _daily_date(path.name)
+        _daily_date(name)
         return "daily-md"
     if suffix != ".jsonl":
-        raise MindflowError(f"cannot ingest {path.name}: unsupported file type; {_ACCEPTED}")
+        raise MindflowError(f"cannot ingest {_escaped(name)}: unsupported file type; {_ACCEPTED}")
     try:
         with path.open("rb") as fh:
             for raw in fh:
                 try:
-                    record = json.loads(raw.decode("utf-8-sig"))
-                except (UnicodeDecodeError, json.JSONDecodeError):
+                    record = _load_json(raw.decode("utf-8-sig"))
+                except (UnicodeDecodeError, _Reject):
                     continue
                 if isinstance(record, dict) and (
                     record.get("type") in _OPENCLAW_TYPES or isinstance(record.get("message"), dict)
@@ -529,12 +650,18 @@ def detect_format(path: Path) -> str:
     return "jsonl"
 
 
-def parse_bytes(data: bytes, file_name: str, being_id: str, fmt: str) -> ParseResult:
-    """Parse a file's bytes; bad lines are quarantined, never fatal."""
+def parse_bytes(
+    data: bytes, file_name: str, being_id: str, fmt: str, *, max_chars: int = MAX_EPISODE_CHARS
+) -> ParseResult:
+    """Parse a file's bytes; bad lines are quarantined, never fatal.
+
+    An episode text over `max_chars` is a bad line: recall returns whole texts, so one
+    pasted log would otherwise fill every agent context it is recalled into.
+    """
     if fmt not in _PARSERS:
         raise MindflowError(f"unknown format {fmt!r}; {_ACCEPTED}")
     result = ParseResult()
-    _PARSERS[fmt](data, file_name, being_id, result)
+    _PARSERS[fmt](data, file_name, being_id, result, max_chars)
     return result
 
 

@@ -230,7 +230,8 @@ def run_job(
         if partition:
             ranges = [_day_range(partition)]
         else:
-            days = [d for ds in pending_days(settings.inbox).values() for d in ds]
+            pending = pending_days(settings.inbox, max_chars=settings.max_episode_chars)
+            days = [d for ds in pending.values() for d in ds]
             ranges = plan_ranges(days, settings.ingest_max_gap_days)
         runs.extend(
             (

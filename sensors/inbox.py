@@ -28,7 +28,7 @@ def inbox_run_requests(seen: frozenset[str] = frozenset()) -> tuple[list[dg.RunR
     new = sorted(keys - seen)
     if not new:
         return [], keys, []
-    days = pending_days(settings.inbox)
+    days = pending_days(settings.inbox, max_chars=settings.max_episode_chars)
     ranges = plan_ranges([d for ds in days.values() for d in ds], settings.ingest_max_gap_days)
     if not ranges:
         # Files without a single episode (heartbeats only, unreadable): a run for today

@@ -285,7 +285,7 @@ def create_app(
         if len(body.episodes) > limit:
             raise MindflowError(f"{len(body.episodes):,} episodes in one request; the limit is {limit:,}")
         records = [e.model_dump(exclude_none=True) for e in body.episodes]
-        report = append_episodes(settings.inbox, being_id, records)
+        report = append_episodes(settings.inbox, being_id, records, max_chars=settings.max_episode_chars)
         return models.EpisodesResponse(
             being_id=being_id, ids=report.ids, heartbeats=report.heartbeats, file=report.path.name
         )

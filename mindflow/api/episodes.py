@@ -8,11 +8,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
+from filelock import Timeout
 
+from mindflow.config import MAX_EPISODE_CHARS
 from mindflow.errors import MindflowError
 from mindflow.files import append_lines
-from mindflow.inbox import validate_being_id
+from mindflow.inbox import inbox_lock, validate_being_id
 from mindflow.ingest import parse_bytes
 from mindflow.models import utcnow
 
@@ -46,12 +47,17 @@ def api_file_name(now: datetime) -> str:
     return f"api-{now.date().isoformat()}.jsonl"
 
 
-def _line(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+def _line(record: dict[str, Any], ascii_only: bool = False) -> str:
+    return json.dumps(record, ensure_ascii=ascii_only, separators=(",", ":"))
 
 
 def append_episodes(
-    inbox: Path, being_id: str, episodes: list[dict[str, Any]], now: datetime | None = None
+    inbox: Path,
+    being_id: str,
+    episodes: list[dict[str, Any]],
+    now: datetime | None = None,
+    *,
+    max_chars: int = MAX_EPISODE_CHARS,
 ) -> AppendReport:
     """Validate every episode with the inbox JSONL parser, then append them all or nothing.
 
@@ -60,9 +66,11 @@ def append_episodes(
     """
     validate_being_id(being_id)
     file_name = api_file_name(now or utcnow())
-    # json.dumps escapes newlines, so line i + 1 is episode i.
-    data = "\n".join(_line(e) for e in episodes).encode("utf-8")
-    result = parse_bytes(data, file_name, being_id, "jsonl")
+    # json.dumps escapes newlines, so line i + 1 is episode i. Escaped to ASCII, a lone
+    # surrogate the client sent reaches the parser, which names its field, instead of
+    # failing to encode here; the lines written after validation hold none.
+    data = "\n".join(_line(e, ascii_only=True) for e in episodes).encode("ascii")
+    result = parse_bytes(data, file_name, being_id, "jsonl", max_chars=max_chars)
     if result.quarantined:
         problems = [{"index": q.line - 1, "reason": q.reason} for q in result.quarantined]
         raise InvalidEpisodes(problems, len(episodes))
@@ -77,7 +85,7 @@ def append_episodes(
     path = inbox / being_id / file_name
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with FileLock(str(path.parent / f".{file_name}.lock"), timeout=LOCK_TIMEOUT_S):
+        with inbox_lock(inbox, being_id, timeout=LOCK_TIMEOUT_S):
             append_lines(path, ("\n".join(lines) + "\n").encode("utf-8"))
     except Timeout as exc:
         raise InboxBusy(f"the inbox file {file_name} of {being_id} is busy; retry shortly") from exc
