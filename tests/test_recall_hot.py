@@ -156,6 +156,35 @@ def test_a_hostile_being_id_reaches_no_index(published):
         hot.close()
 
 
+def test_the_index_of_a_being_without_memories_answers_nothing(published, embedder):
+    table = open_memories(published.lance_path)
+    hot = HotIndexes(published.lance_path, max_rows=1_000)
+    try:
+        hot.get(table, "nobody")
+        assert hot.wait("nobody")
+        index = hot.get(table, "nobody")
+        assert index is not None and len(index) == 0  # built, and held: no rebuild per request
+        keep = index.mask()
+        positions, cosine = index.nearest(embedder.encode(["violin"])[0], keep, 10)
+        assert len(positions) == len(cosine) == 0
+        rows = index.rows_at(positions, [*COLUMNS, "vector"])
+        assert rows.num_rows == 0 and rows.schema.field("vector").type == table.schema.field("vector").type
+        assert index.around([(NOW - timedelta(days=90), NOW)], keep, 10, ["m-unknown"]).size == 0
+        for ask in ("violin lessons", "the CSV importer", "x"):
+            assert recall(table, "nobody", ask, embedder.encode([ask])[0], k=5, now=NOW, index=index) == []
+        # through the service, as the server answers it: recall and resonance, cold and hot
+        service = RecallService(published, RecallConfig.for_model("all-MiniLM-L6-v2"))
+        try:
+            for _ in range(3):
+                assert service.recall("nobody", models.RecallRequest(query="violin")).memories == []
+                assert service.resonance("nobody", models.ResonanceRequest(query="violin")).items == []
+                assert service.hot.wait("nobody")
+        finally:
+            service.hot.close()
+    finally:
+        hot.close()
+
+
 def test_the_service_answers_the_same_from_its_index(published, embedder):
     service = RecallService(published, RecallConfig.for_model("all-MiniLM-L6-v2"))
     try:

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
+from pathlib import PurePath
 from typing import Annotated, Any
 
 import anyio
@@ -25,16 +26,37 @@ from mindflow.api.service import RecallService
 from mindflow.config import Settings, load_settings
 from mindflow.errors import MindflowError
 from mindflow.graph import neighbourhood
-from mindflow.inbox import validate_being_id
+from mindflow.inbox import BEING_ID_PATTERN, validate_being_id
 from mindflow.recall import RecallConfig
 
 log = logging.getLogger(__name__)
 
 ERRORS = {
+    400: {
+        "model": models.ErrorResponse,
+        "description": "Malformed request: a body that is not UTF-8, or an invalid Content-Length.",
+    },
     401: {"model": models.ErrorResponse, "description": "Missing or unknown bearer token."},
     403: {"model": models.ErrorResponse, "description": "The token does not cover this being."},
+    404: {"model": models.ErrorResponse, "description": "Not there yet."},
+    413: {"model": models.ErrorResponse, "description": "Request body over MINDFLOW_API_MAX_BODY_BYTES."},
     422: {"model": models.ErrorResponse, "description": "Invalid being id or request."},
+    503: {"model": models.ErrorResponse, "description": "Not ready, or busy: retry."},
 }
+# What a route with a JSON body can answer besides its own: BodyLimit's 400 and 413.
+BODY = (400, 413)
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI `responses` of these error statuses, each with the error model."""
+    return {code: ERRORS[code] for code in codes}
+
+
+def _model_name(model: str) -> str:
+    """A model given as a local path by its folder's name: the open routes show no paths."""
+    if model.startswith(("/", ".", "~")) or "\\" in model:
+        return PurePath(model.replace("\\", "/")).name or "local model"
+    return model
 
 
 def _error(status: int, message: str, details: list[Any] | None = None, headers=None) -> JSONResponse:
@@ -108,7 +130,16 @@ def _plain(value: Any) -> Any:
 
 async def authorized_being(
     request: Request,
-    being_id: Annotated[str, Path(description="A lower-case slug: 1-64 of a-z, 0-9, '-', '_'.")],
+    being_id: Annotated[
+        str,
+        Path(
+            description="A lower-case slug: 1-64 of a-z, 0-9, '-', '_', starting with a letter or digit.",
+            # Declared for clients, checked by validate_being_id after the token: a caller
+            # without a token learns nothing, not even whether an id is well formed.
+            json_schema_extra={"pattern": BEING_ID_PATTERN.pattern, "minLength": 1, "maxLength": 64},
+            openapi_examples={"ada": {"summary": "A being", "value": "ada"}},
+        ),
+    ],
 ) -> str:
     """401 without a known token, 422 for an invalid being id, 403 outside the token's beings.
 
@@ -195,9 +226,9 @@ def create_app(
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return _error(500, f"internal error ({exc.__class__.__name__}); see the server log")
 
-    v1 = APIRouter(prefix="/v1/beings/{being_id}", responses=ERRORS)
+    v1 = APIRouter(prefix="/v1/beings/{being_id}", responses=errors(401, 403, 422))
 
-    @v1.post("/recall", response_model=models.RecallResponse, tags=["recall"])
+    @v1.post("/recall", response_model=models.RecallResponse, tags=["recall"], responses=errors(*BODY))
     def recall(
         being_id: Being, body: models.RecallRequest, background: BackgroundTasks, response: Response
     ) -> models.RecallResponse:
@@ -213,14 +244,14 @@ def create_app(
         response.headers["Server-Timing"] = f"recall;dur={(time.perf_counter() - started) * 1000:.1f}"
         return answer
 
-    @v1.post("/resonance", response_model=models.ResonanceResponse, tags=["recall"])
+    @v1.post("/resonance", response_model=models.ResonanceResponse, tags=["recall"], responses=errors(*BODY))
     def resonance(
         being_id: Being, body: models.ResonanceRequest, background: BackgroundTasks
     ) -> models.ResonanceResponse:
         """Up to 5 memories with relative times, rendered as the [SUBCONSCIOUS RESONANCE] block."""
         return service.resonance(being_id, body, background.add_task)
 
-    @v1.post("/search_memory", response_model=models.SearchResponse, tags=["recall"])
+    @v1.post("/search_memory", response_model=models.SearchResponse, tags=["recall"], responses=errors(*BODY))
     def search(
         being_id: Being, body: models.SearchRequest, background: BackgroundTasks
     ) -> models.SearchResponse:
@@ -260,7 +291,7 @@ def create_app(
         tags=["story"],
         response_class=Response,
         responses={
-            200: {"content": {"text/markdown": {}}, "description": "STORY.md"},
+            200: {"content": {"text/markdown": {"schema": {"type": "string"}}}, "description": "STORY.md"},
             404: {"model": models.ErrorResponse, "description": "No story yet."},
         },
     )
@@ -277,7 +308,10 @@ def create_app(
         "/episodes",
         response_model=models.EpisodesResponse,
         tags=["episodes"],
-        responses={503: {"model": models.ErrorResponse, "description": "Inbox busy; retry."}},
+        responses={
+            **errors(*BODY),
+            503: {"model": models.ErrorResponse, "description": "Inbox busy; retry."},
+        },
     )
     def episodes(being_id: Being, body: models.EpisodesRequest) -> models.EpisodesResponse:
         """Append episodes to the being's inbox, all or none; ingestion picks them up."""
@@ -291,7 +325,7 @@ def create_app(
         )
 
     app.include_router(v1)
-    app.include_router(ebooks_router(ERRORS))
+    app.include_router(ebooks_router(errors(*BODY, 401, 422)))
 
     @app.get("/healthz", response_model=models.Health, tags=["health"])
     def healthz() -> models.Health:
@@ -305,13 +339,16 @@ def create_app(
         responses={503: {"model": models.ErrorResponse, "description": "Not ready."}},
     )
     def readyz() -> Any:
-        """The model is loaded and the LanceDB folder is readable."""
+        """The model is loaded and the LanceDB folder is readable; open, so it names no paths."""
+        model = _model_name(settings.embedding_model)
         if not service.model_ready:
-            return _error(503, f"embedding model {settings.embedding_model!r} is still loading")
+            return _error(503, f"not ready: the embedding model {model!r} is still loading")
         if not service.lance_readable():
-            return _error(503, f"LanceDB folder {settings.lance_path} is not readable")
-        return models.Ready(
-            status="ready", model=settings.embedding_model, lance_path=str(settings.lance_path)
-        )
+            return _error(
+                503,
+                "not ready: the LanceDB folder (lance/ in MINDFLOW_HOME) is missing or not readable; "
+                "check the server's MINDFLOW_HOME and the folder's permissions",
+            )
+        return models.Ready(status="ready", model=model)
 
     return app

@@ -39,10 +39,14 @@ class TokenScopes:
 
 
 def parse_tokens(spec: str | Mapping[str, str | Iterable[str]] | TokenScopes | None) -> TokenScopes:
-    """`tokA=ada,bram;tokB=*` (or a mapping token -> beings) as scopes; None or '' means no tokens."""
+    """`tokA=ada,bram;tokB=*` (or a mapping token -> beings) as scopes; None or '' means no tokens.
+
+    A spec that is set but names no token (`;`) or names a token twice is a mistake that
+    would open the API or silently drop a scope: both are refused.
+    """
     if isinstance(spec, TokenScopes):
         return spec
-    if spec is None:
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
         return TokenScopes({})
     if isinstance(spec, Mapping):
         items = [(t, [b] if isinstance(b, str) else list(b)) for t, b in spec.items()]
@@ -55,6 +59,11 @@ def parse_tokens(spec: str | Mapping[str, str | Iterable[str]] | TokenScopes | N
             if not sep:
                 raise MindflowError(f"API token entry without '=' (token=beings); e.g. {_EXAMPLE}")
             items.append((token.strip(), [b.strip() for b in beings.split(",") if b.strip()]))
+        if not items:
+            raise MindflowError(
+                f"MINDFLOW_API_TOKENS is set but names no token ({spec.strip()!r}): "
+                f"set token=beings entries, e.g. {_EXAMPLE}, or unset it to serve without tokens on loopback"
+            )
     scopes: dict[str, frozenset[str]] = {}
     for token, beings in items:
         if not token or any(c.isspace() for c in token):
@@ -64,6 +73,11 @@ def parse_tokens(spec: str | Mapping[str, str | Iterable[str]] | TokenScopes | N
         for being in beings:
             if being != ALL_BEINGS:
                 validate_being_id(being)
+        if token in scopes:
+            raise MindflowError(
+                f"API token '{token[:4]}...' is listed twice; list each token once with all its beings, "
+                "e.g. MINDFLOW_API_TOKENS='tokA=ada,bram'"
+            )
         scopes[token] = frozenset(beings)
     return TokenScopes(scopes)
 

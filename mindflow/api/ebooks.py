@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from mindflow.api.auth import TokenScopes
+from mindflow.api.models import Count
 
 MAX_K = 50
 
@@ -22,7 +23,7 @@ class EbookSearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(min_length=1, description="What to look for in the ebooks; plain words work best.")
-    k: int = Field(default=5, ge=1, le=MAX_K)
+    k: Count = Field(default=5, ge=1, le=MAX_K)
 
 
 class EbookHitOut(BaseModel):
@@ -57,7 +58,7 @@ async def authorized_token(request: Request) -> None:
 
 
 def ebooks_router(errors: dict) -> APIRouter:
-    router = APIRouter(prefix="/v1/ebooks", responses={k: v for k, v in errors.items() if k in (401, 422)})
+    router = APIRouter(prefix="/v1/ebooks", responses=errors)
 
     @router.post("/search", response_model=EbookSearchResponse, tags=["ebooks"])
     def search(

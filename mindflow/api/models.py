@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+    model_validator,
+)
 
 MAX_K = 50
 MAX_RESONANCE = 5
+
+
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _iso_text(value: Any) -> Any:
+    """JSON has no time type: a moment is an ISO 8601 string. A number is refused, not
+    guessed at: epoch seconds or milliseconds, or a client's 0 for "not set" (which as
+    `until` would hide every memory)."""
+    if isinstance(value, datetime) or (isinstance(value, str) and _ISO_DATE.match(value)):
+        return value
+    raise ValueError(
+        "use an ISO 8601 timestamp such as '2026-04-01T09:30:00Z' (UTC unless it has an offset), "
+        "or leave the field out; numbers and epoch values are not accepted"
+    )
 
 
 def _naive_utc(value: datetime | None) -> datetime | None:
@@ -31,13 +59,50 @@ def _no_nul(value: str) -> str:
     return value
 
 
-UtcDatetime = Annotated[datetime, AfterValidator(_naive_utc)]
+def _as_naive_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+
+
+def _rfc3339(value: datetime) -> str:
+    """A stored (naive UTC) time with its `Z`: without an offset it is no RFC 3339 date-time."""
+    return _as_naive_utc(value).isoformat() + "Z"
+
+
+def _json_integer(value: Any) -> Any:
+    """A count is a JSON number (5, or 5.0 as JSON Schema allows); "5" or true is a client's bug."""
+    if isinstance(value, (str, bool)):
+        raise ValueError(f"must be a JSON integer such as 5, not {value!r}")
+    return value
+
+
+UtcDatetime = Annotated[datetime, BeforeValidator(_iso_text), AfterValidator(_naive_utc)]
+Count = Annotated[int, BeforeValidator(_json_integer)]
+# A time in an answer: `...Z` on the wire, naive UTC again in `mindflow.client`, as stored.
+UtcOut = Annotated[
+    datetime,
+    AfterValidator(_as_naive_utc),
+    PlainSerializer(_rfc3339, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 Ref = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
 
 
 class _Request(BaseModel):
     # An unknown field is a typo ("limit" for "k"): say so instead of ignoring it.
     model_config = ConfigDict(extra="forbid")
+
+
+class _Horizon(_Request):
+    """`since` and `until` bound the memories a request may see, both ends included."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        since, until = getattr(self, "since", None), getattr(self, "until", None)
+        if since is not None and until is not None and since > until:
+            raise ValueError(
+                f"since ({since.isoformat()}) is after until ({until.isoformat()}): no memory can match"
+            )
+        return self
 
 
 class MemoryOut(BaseModel):
@@ -50,7 +115,7 @@ class MemoryOut(BaseModel):
     feeling: str | None = None
     themes: list[str] = []
     when_dates: list[str] = Field(default=[], description="The scene's `when` history (dates).")
-    ts: datetime | None = Field(default=None, description="When it happened (UTC).")
+    ts: UtcOut | None = Field(default=None, description="When it happened (UTC).")
     cluster_id: str | None = None
     status: str = "active"
     importance: float = 0.5
@@ -62,14 +127,18 @@ class MemoryOut(BaseModel):
     parts: dict[str, float] = Field(default={}, description="The factors of `score`.")
 
 
-class RecallRequest(_Request):
+class RecallRequest(_Horizon):
     query: str = Field(min_length=1, description="What to remember; plain words work best.")
-    k: int = Field(default=5, ge=1, le=MAX_K)
+    k: Count = Field(default=5, ge=1, le=MAX_K)
     exclude_refs: list[Ref] = Field(
         default=[], max_length=5_000, description="Memories already in the agent's context window."
     )
-    since: UtcDatetime | None = Field(default=None, description="Only memories from this moment on.")
-    until: UtcDatetime | None = Field(default=None, description="Only memories up to this moment.")
+    since: UtcDatetime | None = Field(
+        default=None, description="Only memories from this moment on (ISO 8601; UTC unless an offset)."
+    )
+    until: UtcDatetime | None = Field(
+        default=None, description="Only memories up to this moment (ISO 8601; UTC unless an offset)."
+    )
     session: str | None = Field(
         default=None,
         min_length=1,
@@ -88,9 +157,9 @@ class RecallResponse(BaseModel):
     fragments: str | None = None
 
 
-class ResonanceRequest(_Request):
+class ResonanceRequest(_Horizon):
     query: str = Field(min_length=1)
-    k: int = Field(default=MAX_RESONANCE, ge=1, le=MAX_RESONANCE)
+    k: Count = Field(default=MAX_RESONANCE, ge=1, le=MAX_RESONANCE)
     exclude_refs: list[Ref] = Field(default=[], max_length=5_000)
     since: UtcDatetime | None = None
     until: UtcDatetime | None = None
@@ -109,7 +178,7 @@ class ResonanceItem(BaseModel):
 
 class ResonanceResponse(BaseModel):
     being_id: str
-    now: datetime
+    now: UtcOut
     text: str = Field(description="The [SUBCONSCIOUS RESONANCE] block; empty when nothing resonates.")
     items: list[ResonanceItem]
 
@@ -117,7 +186,7 @@ class ResonanceResponse(BaseModel):
 class SearchRequest(_Request):
     query: str = Field(min_length=1, description="Keywords, searched in action, feeling, themes and when.")
     mode: Literal["or", "and"] = "or"
-    k: int = Field(default=10, ge=1, le=MAX_K)
+    k: Count = Field(default=10, ge=1, le=MAX_K)
 
 
 class SearchResponse(BaseModel):
@@ -178,9 +247,10 @@ class Health(BaseModel):
 
 
 class Ready(BaseModel):
-    status: str
-    model: str
-    lance_path: str
+    """Ready to answer: the model is loaded and the LanceDB folder readable (no paths: it needs no token)."""
+
+    status: Literal["ready"]
+    model: str = Field(description="The model queries are embedded with (a local one by its folder's name).")
 
 
 class ErrorResponse(BaseModel):

@@ -122,7 +122,10 @@ class BeingIndex:
         self.refs = np.array(rows.column("memory_ref").to_pylist(), dtype=str)
         self._by_ref = np.argsort(self.refs, kind="stable")
         self._sorted_refs = self.refs[self._by_ref]
-        self.dim = self.vectors.shape[1] if self.vectors.ndim == 2 else 0
+        self.dim = self.vectors.shape[1] if len(self.vectors) else 0
+        # The vector column's type, for the empty answers of a being without memories
+        # (Arrow has no fixed-size list of size 0).
+        self.vector_type = rows.schema.field("vector").type if "vector" in rows.column_names else None
         self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None
 
     def __len__(self) -> int:
@@ -202,7 +205,9 @@ class BeingIndex:
         index = pa.array(positions, type=pa.int64())
         out = {}
         for name in columns:
-            if name == "vector":
+            if name == "vector" and not self.dim:
+                out[name] = pa.array([], type=self.vector_type or pa.list_(pa.float32()))
+            elif name == "vector":
                 out[name] = to_column(self.vectors[positions].reshape(len(positions), self.dim))
             else:
                 out[name] = self.rows.column(name).take(index)

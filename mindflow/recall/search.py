@@ -59,6 +59,9 @@ def recall(
     if table is None or k <= 0:
         return []
     if index is not None and index.being_id == being_id:
+        if len(index) == 0:
+            # Nothing recallable at the index's version: no full-text query to pay for.
+            return []
         source = HotRetrieval(table, where, index, index.mask(exclude_refs, since, until))
     else:
         source = LanceRetrieval(table, where)
