@@ -37,7 +37,7 @@ def integrity_check(report) -> dg.AssetCheckResult:
             "changed": report.changed and ", ".join(report.changed) or "none",
             "checked": report.checked,
             "what_to_do": "inspect with `mindflow audit --action ALERT`, then `mindflow audit --accept FILE` "
-            "or `mindflow rollback FILE --to COMMIT`",
+            "or `mindflow rollback FILE --to COMMIT` (a new file nobody approved: delete it)",
         },
     )
 
@@ -49,7 +49,8 @@ def integrity_check(report) -> dg.AssetCheckResult:
             "critical_files_unchanged",
             asset="story",
             blocking=False,
-            description="SOUL.md, IDENTITY.md and the configuration match their recorded checksums.",
+            description="SOUL.md, IDENTITY.md and the configuration match the checksums recorded in DuckDB, "
+            "no new one appeared, and meta/integrity.json agrees.",
         )
     ],
     code_version="1",

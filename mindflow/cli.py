@@ -184,7 +184,7 @@ def audit_cmd(
         None, "--accept", help="Accept a critical file's current content (after an ALERT) as intended."
     ),
 ) -> None:
-    """Show the audit trail (meta/audit.log): who changed what, when, on whose approval."""
+    """Show the audit trail (the DuckDB audit_log table): who changed what, when, on whose approval."""
     from datetime import datetime
 
     from mindflow import audit, store
@@ -204,9 +204,20 @@ def audit_cmd(
                 raise MindflowError(f"invalid --since {since!r}: use YYYY-MM-DD") from exc
         if action and action.upper() not in audit.ACTIONS:
             raise MindflowError(f"unknown action {action!r}; use one of: {', '.join(audit.ACTIONS)}")
-        rows = audit.query(settings, since=when, file=file, actor=actor, action=action)
+        rows = []
+        # The table, not meta/audit.log: a workspace edit cannot change it. Opened as the other
+        # commands do, waiting for a job that holds the file (up to MINDFLOW_DUCKDB_LOCK_TIMEOUT_S).
+        if settings.duckdb_path.exists():
+            with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s) as con:
+                rows = audit.query(settings, since=when, file=file, actor=actor, action=action, con=con)
     except MindflowError as exc:
         _fail(exc)
+    if audit.pending(settings):
+        typer.echo(
+            f"({audit.pending(settings)} changes of an interrupted or unfinished run are not in the table "
+            "yet; the next run records them)",
+            err=True,
+        )
     if not rows:
         typer.echo("no audit entries match")
         return

@@ -66,12 +66,22 @@ def render(statuses: list[BeingStatus]) -> str:
     return "\n".join(lines)
 
 
-def integrity_lines(settings) -> str:
-    """Critical files (SOUL.md, IDENTITY.md, configuration) that differ from their recorded checksums;
-    empty when none does."""
-    from mindflow import audit
+def integrity_lines(settings, con: duckdb.DuckDBPyConnection | None = None) -> str:
+    """Critical files (SOUL.md, IDENTITY.md, configuration) that differ from their recorded checksums
+    (in DuckDB, or the committed record before there is a DuckDB file); empty when none does."""
+    from mindflow import audit, store
+    from mindflow.errors import MindflowError
 
-    report = audit.verify_critical(settings, record=False)
+    if con is not None:
+        report = audit.verify_critical(settings, con, record=False)
+    elif settings.duckdb_path.exists():
+        try:
+            with store.connect(settings.duckdb_path, read_only=True) as con:
+                report = audit.verify_critical(settings, con, record=False)
+        except MindflowError as exc:
+            return f"critical files not checked: {exc}"
+    else:
+        report = audit.verify_critical(settings, record=False)
     if report.ok:
         return ""
     return "\n".join(

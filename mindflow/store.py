@@ -290,6 +290,24 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        5,
+        "critical file checksums",
+        [
+            # The approved checksum of each critical file (SOUL.md, IDENTITY.md, configuration)
+            # and the content an ALERT was last logged for, where no workspace edit reaches them;
+            # workspace/meta/integrity.json is a copy (mindflow/audit/record.py).
+            """
+            CREATE TABLE IF NOT EXISTS integrity (
+                key VARCHAR PRIMARY KEY,
+                sha256 VARCHAR,
+                alerted VARCHAR,
+                recorded_at TIMESTAMP NOT NULL,
+                audit_id VARCHAR
+            )
+            """,
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -6,12 +6,13 @@ message of the Moltbot design and appends `meta/audit.log`; `log_table_mutations
 table-level changes (patrol merges and deaths, decay transitions, archivals) in the same
 log and the DuckDB `audit_log`.
 
-The modules: `trail` (rows, log, repository, lock, queries), `record` (the checksum record),
-`writes` (write_file, log_table_mutations), `integrity` (critical files), `rollback`, `digest`.
+The modules: `trail` (rows, log, repository, lock, queries), `writes` (write_file and
+log_table_mutations as crash-safe transactions, their journal and recovery), `record` (critical
+files' checksums in DuckDB, copied to meta/integrity.json), `integrity` (verify, accept),
+`rollback`, `digest`, `tables`.
 """
 
 from mindflow.audit.integrity import IntegrityReport, accept_critical, critical_files, verify_critical
-from mindflow.audit.record import _load_integrity, _record_checksums, _save_integrity
 from mindflow.audit.rollback import _parse_when, _utc, file_history, rollback
 from mindflow.audit.trail import (
     ACTIONS,
@@ -29,13 +30,14 @@ from mindflow.audit.trail import (
     _relpath,
     _sha256,
     commit_message,
+    is_critical,
     open_repo,
     parse_line,
     query,
     read_log,
     workspace_lock,
 )
-from mindflow.audit.writes import log_table_mutations, write_file
+from mindflow.audit.writes import log_table_mutations, pending, recover, write_file
 
 __all__ = [
     "ACTIONS",
@@ -50,11 +52,14 @@ __all__ = [
     "commit_message",
     "critical_files",
     "file_history",
+    "is_critical",
     "log_table_mutations",
     "open_repo",
     "parse_line",
+    "pending",
     "query",
     "read_log",
+    "recover",
     "rollback",
     "verify_critical",
     "workspace_lock",
@@ -64,11 +69,8 @@ __all__ = [
     "_clean",
     "_commit",
     "_insert_rows",
-    "_load_integrity",
     "_parse_when",
-    "_record_checksums",
     "_relpath",
-    "_save_integrity",
     "_sha256",
     "_utc",
 ]

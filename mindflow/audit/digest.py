@@ -19,8 +19,9 @@ import duckdb
 
 from mindflow import audit
 from mindflow.audit import AUDIT_LOG, LOG_HEADER, AuditRow
+from mindflow.audit.trail import content_sha
+from mindflow.audit.writes import Transaction, run
 from mindflow.config import Settings
-from mindflow.files import atomic_write
 from mindflow.models import utcnow
 
 ARCHIVE = "meta/audit-archive.md"
@@ -122,6 +123,7 @@ def run_digest(
     report = DigestReport(cutoff)
     with audit.workspace_lock(settings):
         repo = audit.open_repo(settings)
+        audit.recover(settings, repo, con)
         log_path = settings.workspace / AUDIT_LOG
         raw = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
         old: list[AuditRow] = []
@@ -169,14 +171,13 @@ def run_digest(
             report.entries = len(old)
             summary = f"{len(old)} entries of {', '.join(report.months)} digested and pruned"
             row = AuditRow("ARCHIVE", AUDIT_LOG, "audit_digest", summary, run_id=run_id, ts=now)
-            atomic_write(archive_path, archive.encode())
-            atomic_write(
-                log_path, (LOG_HEADER + "".join(x + "\n" for x in keep_lines) + row.line() + "\n").encode()
-            )
-            audit._commit(
-                repo,
-                [ARCHIVE, AUDIT_LOG],
-                audit.commit_message(
+            new_log = LOG_HEADER + "".join(x + "\n" for x in keep_lines) + row.line() + "\n"
+            # One transaction: killed half-way, the archive is restored from HEAD, the log kept,
+            # and the next run digests the same months again.
+            tx = Transaction(
+                rows=[row],
+                paths=[ARCHIVE, AUDIT_LOG],
+                message=audit.commit_message(
                     "ARCHIVE",
                     AUDIT_LOG,
                     summary,
@@ -184,15 +185,15 @@ def run_digest(
                     approval="auto",
                     trigger="monthly audit_digest",
                     run_id=run_id,
+                    audit_ids=[row.audit_id],
                 ),
-                "audit_digest",
+                committer="audit_digest",
+                content={ARCHIVE: content_sha(archive.encode()), AUDIT_LOG: content_sha(new_log.encode())},
+                log_written=True,
             )
+            run(settings, repo, tx, con, {ARCHIVE: archive.encode(), AUDIT_LOG: new_log.encode()})
     if con is not None:
-        report.table_rows = (
-            con.execute("DELETE FROM audit_log WHERE ts < ? RETURNING audit_id", [cutoff])
-            .fetchall()
-            .__len__()
+        report.table_rows = len(
+            con.execute("DELETE FROM audit_log WHERE ts < ? RETURNING audit_id", [cutoff]).fetchall()
         )
-        if report.entries:
-            audit._insert_rows(con, [row])
     return report

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from mindflow.audit.trail import _relpath, open_repo, workspace_lock
+from mindflow.audit.trail import META, _relpath, open_repo, workspace_lock
 from mindflow.audit.writes import write_file
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
@@ -42,6 +42,11 @@ def rollback(
     import git
 
     rel = _relpath(relpath)
+    if rel.split("/")[0] == META:
+        raise MindflowError(
+            f"{rel} is part of the audit trail and cannot be rolled back; `mindflow audit` shows the "
+            f"trail, `git -C {settings.workspace} log -p -- {rel}` every earlier version"
+        )
     with workspace_lock(settings):
         repo = open_repo(settings)
         when = _parse_when(to)
@@ -61,7 +66,17 @@ def rollback(
             blob = commit.tree / rel
         except KeyError as exc:
             raise MindflowError(f"{rel} does not exist in commit {commit.hexsha[:10]}") from exc
-        text = blob.data_stream.read().decode()
+        if blob.type != "blob":
+            raise MindflowError(
+                f"{rel} is a folder, not a file; roll back one file of it, e.g. `mindflow rollback "
+                f"{rel}/STORY.md --to {to}`"
+            )
+        try:
+            text = blob.data_stream.read().decode()
+        except UnicodeDecodeError as exc:
+            raise MindflowError(
+                f"{rel} at {commit.hexsha[:10]} is not a text file; mindflow restores text only"
+            ) from exc
     changed = write_file(
         settings,
         rel,

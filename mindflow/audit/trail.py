@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,10 +21,12 @@ from mindflow.files import append_lines, atomic_write
 from mindflow.models import utcnow
 
 ACTIONS = ("CREATE", "EDIT", "APPEND", "DELETE", "ARCHIVE", "MERGE", "REVERT", "DECAY", "RENAME", "ALERT")
+META = "meta"  # the audit trail's own files: written by this package only, never rolled back
 AUDIT_LOG = "meta/audit.log"
 INTEGRITY = "meta/integrity.json"
 LOG_HEADER = "# TIMESTAMP | ACTION | FILE | ACTOR | APPROVAL | SUMMARY\n"
 GITIGNORE = "*.lock\n.tmp-*\n"
+HOLDER = "workspace.lock.holder"  # beside workspace.lock while a process holds it
 # Critical files inside the workspace, per being; the configuration files live outside it.
 CRITICAL_NAMES = ("SOUL.md", "IDENTITY.md")
 
@@ -38,6 +42,8 @@ class AuditRow:
     approval: str = "auto"
     run_id: str | None = None
     ts: datetime = field(default_factory=utcnow)
+    # The audit_log key, also the `Audit-Id:` line of the row's commit: the two always match.
+    audit_id: str = field(default_factory=lambda: f"a-{uuid.uuid4()}")
 
     def line(self) -> str:
         return " | ".join(
@@ -62,6 +68,12 @@ def _check_action(action: str) -> None:
         raise MindflowError(f"unknown audit action {action!r}; use one of: {', '.join(ACTIONS)}")
 
 
+def is_critical(rel: str) -> bool:
+    """A being's SOUL.md or IDENTITY.md (`ada/SOUL.md`)."""
+    parts = rel.split("/")
+    return len(parts) == 2 and parts[1] in CRITICAL_NAMES
+
+
 def _relpath(relpath: str) -> str:
     """A normalised path inside the workspace; refuses absolute paths and `..`."""
     p = PurePosixPath(str(relpath).replace("\\", "/"))
@@ -72,9 +84,16 @@ def _relpath(relpath: str) -> str:
 
 @contextmanager
 def workspace_lock(settings: Settings, timeout_s: float = 120.0) -> Iterator[None]:
-    """One writer of the workspace repository at a time, across processes."""
-    settings.resolved_home.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(settings.resolved_home / "workspace.lock"))
+    """One writer of the workspace repository at a time, across processes.
+
+    The holder leaves a marker beside the lock while it holds it. Finding the marker on taking
+    the lock means the last holder was killed: the git lock files it may have left
+    (`.git/index.lock`, a ref's `.lock`) are stale then, and are removed, so they never block
+    the next run; what it staged is unstaged, so it never lands in another file's commit.
+    """
+    home = settings.resolved_home
+    home.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(home / "workspace.lock"))
     try:
         lock.acquire(timeout=timeout_s)
     except Timeout as exc:
@@ -82,10 +101,54 @@ def workspace_lock(settings: Settings, timeout_s: float = 120.0) -> Iterator[Non
             f"the workspace {settings.workspace} is held by another mindflow process for more than "
             f"{timeout_s:.0f} s; wait for it to finish and try again"
         ) from exc
+    marker = home / HOLDER
     try:
+        if marker.exists():
+            _after_a_killed_holder(settings.workspace)
+        _write_marker(marker)
         yield
     finally:
+        marker.unlink(missing_ok=True)
         lock.release()
+
+
+def _write_marker(marker: Path) -> None:
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _after_a_killed_holder(root: Path) -> None:
+    """Remove the git lock files a killed holder may have left, and unstage what it staged: its
+    journal entry (mindflow/audit/writes.py: recover) stages and commits it again, alone."""
+    gitdir = root / ".git"
+    if not gitdir.is_dir():
+        return
+    for path in [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock"]:
+        path.unlink(missing_ok=True)
+    for path in (gitdir / "refs").rglob("*.lock"):
+        path.unlink(missing_ok=True)
+    import git
+
+    repo = git.Repo(root)
+    if repo.head.is_valid():
+        repo.git.reset("--quiet")
+
+
+def _wait_for_git(root: Path, timeout_s: float = 10.0) -> None:
+    """A `.git/index.lock` that no killed mindflow writer left is another git command's: wait for it."""
+    lock = root / ".git" / "index.lock"
+    deadline = time.monotonic() + timeout_s
+    while lock.exists():
+        if time.monotonic() >= deadline:
+            raise MindflowError(
+                f"{lock} exists: a git command is using the workspace. Wait for it to finish; if none "
+                "is running (it was killed), delete that file and try again"
+            )
+        time.sleep(0.1)
 
 
 def open_repo(settings: Settings):
@@ -95,9 +158,15 @@ def open_repo(settings: Settings):
     root = settings.workspace
     root.mkdir(parents=True, exist_ok=True)
     if (root / ".git").exists():
-        return git.Repo(root)
-    repo = git.Repo.init(root)
-    (root / ".gitignore").write_text(GITIGNORE)
+        repo = git.Repo(root)
+        if repo.head.is_valid():
+            return repo
+        # Killed before its first commit: make that commit now.
+    else:
+        repo = git.Repo.init(root)
+    _wait_for_git(root)
+    if not (root / ".gitignore").exists():
+        (root / ".gitignore").write_text(GITIGNORE)
     (root / "meta").mkdir(exist_ok=True)
     log = root / AUDIT_LOG
     if not log.exists():
@@ -116,26 +185,33 @@ def open_repo(settings: Settings):
 
 
 def commit_message(
-    action: str, relpath: str, summary: str, *, actor: str, approval: str, trigger: str, run_id: str | None
+    action: str,
+    relpath: str,
+    summary: str,
+    *,
+    actor: str,
+    approval: str,
+    trigger: str,
+    run_id: str | None,
+    audit_ids: list[str] | tuple[str, ...] = (),
 ) -> str:
-    """`[ACTION] FILE — SUMMARY`, a blank line, then Actor:, Approval:, Trigger: and Run: lines."""
+    """`[ACTION] FILE — SUMMARY`, a blank line, then Actor:, Approval:, Trigger:, Run: and one
+    Audit-Id: line per audit_log row the commit records."""
     return (
         f"[{action}] {relpath} — {_clean(summary)}\n\n"
         f"Actor: {_clean(actor)}\nApproval: {_clean(approval)}\nTrigger: {_clean(trigger)}\n"
-        f"Run: {run_id or 'none'}\n"
+        f"Run: {run_id or 'none'}\n" + "".join(f"Audit-Id: {i}\n" for i in audit_ids)
     )
 
 
 def _insert_rows(con: duckdb.DuckDBPyConnection, rows: list[AuditRow]) -> None:
     if not rows:
         return
+    # OR IGNORE: recovering an interrupted write inserts its rows again.
     con.executemany(
-        "INSERT INTO audit_log (audit_id, ts, action, target, actor, approval, summary, run_id) "
+        "INSERT OR IGNORE INTO audit_log (audit_id, ts, action, target, actor, approval, summary, run_id) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            [f"a-{uuid.uuid4()}", r.ts, r.action, r.target, r.actor, r.approval, r.summary, r.run_id]
-            for r in rows
-        ],
+        [[r.audit_id, r.ts, r.action, r.target, r.actor, r.approval, r.summary, r.run_id] for r in rows],
     )
 
 
@@ -148,12 +224,18 @@ def _append_log(settings: Settings, rows: list[AuditRow]) -> None:
 
 
 def _sha256(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return content_sha(path.read_bytes()) if path.is_file() else None
+
+
+def content_sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _commit(repo, paths: list[str], message: str, actor: str) -> str:
+    """Commit `paths` (what a killed writer staged was unstaged when the lock was taken)."""
     import git
 
+    _wait_for_git(Path(repo.working_tree_dir))
     repo.index.add(paths)
     who = git.Actor(_clean(actor) or "mindflow", "mindflow@localhost")
     return repo.index.commit(message, author=who, committer=who).hexsha
@@ -196,11 +278,15 @@ def query(
     file: str | None = None,
     actor: str | None = None,
     action: str | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> list[AuditRow]:
-    """Rows of the active log matching every given filter, oldest first.
+    """Rows matching every given filter, oldest first: from the DuckDB `audit_log` table with `con`
+    (what `mindflow audit` shows: no workspace edit changes it), else from `meta/audit.log`.
 
     `file` matches a path exactly or as a suffix (`STORY.md` matches every being's story).
     """
+    if con is not None:
+        return _query_table(con, since=since, file=file, actor=actor, action=action)
     out = []
     for r in read_log(settings):
         if since is not None and r.ts < since:
@@ -213,3 +299,26 @@ def query(
             continue
         out.append(r)
     return out
+
+
+def _query_table(con, *, since, file, actor, action) -> list[AuditRow]:
+    where, params = [], []
+    if since is not None:
+        where.append("ts >= ?")
+        params.append(since)
+    if file is not None:
+        where.append("(target = ? OR suffix(target, ?))")
+        params += [file, "/" + file.lstrip("/")]
+    if actor is not None:
+        where.append("lower(actor) = lower(?)")
+        params.append(actor)
+    if action is not None:
+        where.append("action = ?")
+        params.append(action.upper())
+    rows = con.execute(
+        "SELECT action, target, actor, summary, approval, run_id, ts, audit_id FROM audit_log"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " ORDER BY ts, rowid",
+        params,
+    ).fetchall()
+    return [AuditRow(*r[:3], r[3] or "", r[4] or "", *r[5:]) for r in rows]
