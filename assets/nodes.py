@@ -35,13 +35,15 @@ def per_being_table(rows: dict[str, dict[str, int]]) -> dg.MetadataValue:
 def resolve_llm(context: dg.AssetExecutionContext, settings, purpose: str):
     """(the purpose's LLM chain or None, metadata); a bad model setting is logged, not fatal.
 
-    A run with a broken LLM configuration still does its mechanical work.
+    A run with a broken LLM configuration still does its mechanical work. Every asset of
+    a run shares the run's model time budget and breakers (keyed by the run id), and the
+    one line saying the run stops asking a model goes to the run's log.
     """
     from mindflow.errors import MindflowError
     from mindflow.llm import resolve
 
     try:
-        llm = resolve(settings, purpose)
+        llm = resolve(settings, purpose, run_id=context.run_id, notice=context.log.warning)
     except MindflowError as exc:
         context.log.error(f"LLM configuration: {exc}; running mechanically")
         return None, {"llm_config_error": str(exc)}

@@ -12,6 +12,7 @@ BENCHMARKS = [
     "bench_latency.py",
     "bench_ebooks.py",
     "bench_llm.py",
+    "bench_llm_hang.py",
 ]
 
 if __name__ == "__main__":

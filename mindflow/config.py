@@ -127,6 +127,18 @@ class Settings(BaseSettings):
     llm_budget_tokens: int = Field(
         default=2_000_000, description="Most input+output tokens one asset may spend per run."
     )
+    llm_breaker_failures: int = Field(
+        default=5,
+        ge=1,
+        description="A model that fails this many requests in a row (timeout, HTTP error, rejected "
+        "answer) is not asked again for the rest of the run, by any step or being.",
+    )
+    llm_run_budget_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Seconds one run may spend waiting on models, all steps and beings together; "
+        "past it the run goes on mechanically (extraction leaves episodes pending for the next run).",
+    )
     llm_context_tokens: int | None = Field(
         default=None,
         description="Context window for batching; default from the model table, else 8,192.",

@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from mindflow import graph, store
-from mindflow.llm import LLM, LLMError
+from mindflow.llm import LLM, LLMError, LLMSkipped
 from mindflow.prompts import extraction as prompt
 
 log = logging.getLogger("mindflow.extraction")
@@ -161,7 +161,8 @@ def extract(
         try:
             answer = llm.complete(request)
         except LLMError as exc:
-            report.errors.append(str(exc))
+            if not isinstance(exc, LLMSkipped):  # a skip is said once for the run, not per being
+                report.errors.append(str(exc))
             if llm.last_invalid is None:  # no model answered, or the budget is spent
                 report.pending += sum(len(b) for b in batches[index:])
                 log.warning("extraction of %s stopped: %s", being_id, exc)

@@ -496,6 +496,8 @@ def run_patrol(
 # --------------------------------------------------------------------------- LLM steps
 # Each takes the patrol's LLM chain; an answer that fails validation (or no answer at
 # all) changes nothing, and the failure is counted in the step's report and the usage.
+# A call the run no longer sends (LLMSkipped: breaker open, time budget spent) changes
+# nothing either; it is counted once in the usage (llm/skipped_calls), not per step.
 
 CONSOLIDATE_MAX_NODES = 60  # fresh/dying nodes per call, with up to 20 older neighbours
 SPLIT_MIN_ACTIVE = 11  # ❻ clusters with more than 10 active nodes
@@ -529,7 +531,7 @@ def classify_roots(
 
     Each rejected answer (one per batch of nodes) adds its reason to `errors`.
     """
-    from mindflow.llm import LLMError
+    from mindflow.llm import LLMError, LLMSkipped
     from mindflow.prompts import root as prompt
 
     chosen: dict[str, str] = {}
@@ -547,6 +549,8 @@ def classify_roots(
         request = prompt.build([(i, _short(t)) for i, t in chunk])
         try:
             answer = llm.complete(_with_check(request, check))
+        except LLMSkipped:
+            continue  # the run stopped asking models (said once, in llm/skipped_calls)
         except LLMError as exc:
             if errors is not None:
                 errors.append(_reason(exc))
@@ -574,7 +578,7 @@ def step_consolidate(con: duckdb.DuckDBPyConnection, being_id: str, llm, now: da
     history as `when` items {date, action}; absorbed and make_dead nodes are dead;
     fresh nodes that were not merged lose `fresh`.
     """
-    from mindflow.llm import LLMError
+    from mindflow.llm import LLMError, LLMSkipped
     from mindflow.prompts import consolidate as prompt
 
     counts = {"clusters": 0, "merged": 0, "made_dead": 0, "unfreshened": 0, "rejected": 0}
@@ -619,6 +623,8 @@ def step_consolidate(con: duckdb.DuckDBPyConnection, being_id: str, llm, now: da
 
             try:
                 answer = llm.complete(_with_check(prompt.build(label, shown), check))
+            except LLMSkipped:
+                continue
             except LLMError as exc:
                 counts["rejected"] += 1
                 errors.append(_reason(exc))
@@ -719,7 +725,7 @@ def step_split(
     itself: groups carved out of a root become its sub-clusters; groups carved out of a
     sub-cluster become its siblings.
     """
-    from mindflow.llm import LLMError
+    from mindflow.llm import LLMError, LLMSkipped
     from mindflow.prompts import split as prompt
 
     counts = {"clusters": 0, "new_subclusters": 0, "moved": 0, "rejected": 0}
@@ -756,6 +762,8 @@ def step_split(
         counts["clusters"] += 1
         try:
             answer = llm.complete(_with_check(prompt.build(label, [(i, texts[i]) for i in active]), check))
+        except LLMSkipped:
+            continue
         except LLMError as exc:
             counts["rejected"] += 1
             errors.append(_reason(exc))
@@ -796,7 +804,7 @@ def step_journal(
     run_id: str | None = None,
 ) -> StepReport:
     """Diary (3-5 lines, upserted for the day) and think.md (3-7 bullets), after ❼."""
-    from mindflow.llm import LLMError
+    from mindflow.llm import LLMError, LLMSkipped
     from mindflow.prompts import diary, think
 
     counts = {"diary": 0, "think": 0, "rejected": 0}
@@ -815,6 +823,8 @@ def step_journal(
             counts["diary"] += write_workspace_file(
                 settings, f"{being_id}/diary/{day}.md", text, "diary", run_id, con
             )
+        except LLMSkipped:
+            pass
         except LLMError as exc:
             counts["rejected"] += 1
             errors.append(_reason(exc))
@@ -840,6 +850,8 @@ def step_journal(
             counts["think"] += write_workspace_file(
                 settings, f"{being_id}/think.md", text, "think_md", run_id, con
             )
+        except LLMSkipped:
+            pass
         except LLMError as exc:
             counts["rejected"] += 1
             errors.append(_reason(exc))

@@ -4,11 +4,14 @@ Tests queue answers with `script([...])`; each request takes the next one. An an
 a `Reply`, or a shorthand: a str (the text), an int (an HTTP error status), a dict or
 list (sent as JSON text), or a pydantic model (sent as its JSON). With the queue empty
 the server calls `responder(request)` when one is set (benchmarks), else answers 500.
+Hostile answers: `NEVER` takes the request and never answers (a hung model), and
+`nested_json(depth)` is a JSON object nested deeper than any parser's recursion limit.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +29,16 @@ class Reply:
     output_tokens: int = 7
     raw: Any = None  # a body sent as is (e.g. a wrong wire shape)
     headers: dict[str, str] | None = None  # extra response headers (e.g. retry-after)
+
+
+# A hung model: the connection is accepted, the request read, and no byte ever comes back
+# (until the server closes).
+NEVER = Reply(text=None, hang=math.inf)
+
+
+def nested_json(depth: int = 100_000) -> str:
+    """An answer that starts like the expected object and nests `depth` arrays in one value."""
+    return '{"label": ' + "[" * depth + "]" * depth + ', "score": 0.5}'
 
 
 def as_reply(item: Any) -> Reply:
@@ -70,6 +83,7 @@ class LLMServer:
     def __init__(self) -> None:
         self._queue: list[Reply] = []
         self._lock = threading.Lock()
+        self._closing = threading.Event()  # ends every scripted hang
         self.requests: list[Received] = []
         self.responder: Callable[[Received], Any] | None = None
         server = self
@@ -108,6 +122,7 @@ class LLMServer:
         return Reply(text=None, status=500)
 
     def close(self) -> None:
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -132,7 +147,9 @@ def _handler(server: LLMServer):
                 return
             reply = server.next_reply(received)
             if reply.hang:
-                time.sleep(reply.hang)
+                server._closing.wait(None if math.isinf(reply.hang) else reply.hang)
+                if math.isinf(reply.hang):
+                    return  # never answered: the connection closes with the server
             if reply.raw is not None:
                 self._send(reply.status, reply.raw)
             elif reply.status != 200:

@@ -8,7 +8,7 @@ import time
 
 import pydantic
 import pytest
-from llm_server import Reply
+from llm_server import NEVER, Reply, nested_json
 
 from mindflow.config import load_settings
 from mindflow.errors import MindflowError
@@ -81,6 +81,8 @@ def test_bad_model_spec_is_a_clear_error(home, llm_server):
         Reply(text=None, status=400),  # a non-retryable error
         Reply(raw={"unexpected": True}),  # a body that is not the wire format
         Reply(raw={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}),  # error event
+        nested_json(),  # nested past Python's recursion limit
+        '{"label": "Business", "score": 1' + "0" * 5_000 + "}",  # past Python's int-parsing limit
     ],
 )
 def test_failover_on_each_failure_kind(home, llm_server, bad):
@@ -163,6 +165,85 @@ def test_budget_stops_calls(home, llm_server):
     with pytest.raises(LLMError, match="tokens"):
         ask(llm)
     assert llm.usage.metadata()["llm/calls"] == 2
+
+
+def test_a_hung_model_is_asked_until_its_breaker_opens_for_the_whole_run(home, llm_server, caplog):
+    llm_server.configure(
+        "anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o",
+        LLM_TIMEOUT_S="0.3", LLM_MAX_RETRIES="2", LLM_BREAKER_FAILURES="2",
+    )  # fmt: skip
+    llm_server.responder = lambda r: NEVER if r.provider == "anthropic" else '{"label": "a", "score": 1}'
+    settings = load_settings()
+    patrol = resolve(settings, "patrol", run_id="hung-run")
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="mindflow.llm"):
+        for _ in range(5):
+            assert ask(patrol) == Answer(label="a", score=1)
+    # Two timeouts open the breaker (no third try); every later call goes to the fallback at once.
+    assert [r.provider for r in llm_server.requests] == ["anthropic"] * 2 + ["openai"] * 5
+    assert time.monotonic() - started < 0.3 * 2 + 2
+    assert [m for m in caplog.messages if "breaker open" in m] == [
+        "LLM patrol: breaker open for anthropic:claude-sonnet-4-5 (2 failed requests in a row, the last: "
+        "timeout; MINDFLOW_LLM_BREAKER_FAILURES): the rest of this run does not ask it"
+    ]
+    assert patrol.usage.metadata()["llm/breaker_open"] is True
+    # Another purpose of the same run does not ask it either; another run does.
+    llm_server.requests.clear()
+    ask(resolve(settings, "extraction", run_id="hung-run"))
+    ask(resolve(settings, "extraction", run_id="other-run"))
+    assert [r.provider for r in llm_server.requests] == ["openai", "anthropic", "anthropic", "openai"]
+
+
+def test_with_every_model_broken_the_run_stops_asking(home, llm_server):
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0", LLM_BREAKER_FAILURES="3")
+    llm = resolve(load_settings(), "patrol")  # every answer: HTTP 500
+    for _ in range(10):
+        with pytest.raises(LLMError):
+            ask(llm)
+    assert len(llm_server.requests) == 3
+    meta = llm.usage.metadata()
+    assert (meta["llm/calls"], meta["llm/failed_calls"], meta["llm/skipped_calls"]) == (3, 3, 7)
+    assert meta["llm/breaker_open"] is True and "HTTP 500" in meta["llm/breaker"]
+    with pytest.raises(LLMError, match="not asked: breaker open for openai:gpt-4o"):
+        ask(llm)
+
+
+def test_a_model_that_answers_again_is_asked_again(home, llm_server):
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0", LLM_BREAKER_FAILURES="3")
+    llm_server.script([500, "nope", '{"label": "a", "score": 1}'] * 3)
+    llm = resolve(load_settings(), "patrol")
+    answers = []
+    for _ in range(9):
+        try:
+            answers.append(ask(llm))
+        except LLMError:
+            answers.append(None)
+    # Two failures in a row at most: the breaker (3 in a row) never opens.
+    assert answers == [None, None, Answer(label="a", score=1)] * 3
+    assert llm.usage.metadata()["llm/breaker_open"] is False and llm.usage.skipped_calls == 0
+
+
+def test_the_run_time_budget_bounds_the_time_spent_on_models(home, llm_server):
+    llm_server.configure(
+        "anthropic:claude-sonnet-4-5", fallback="openai:gpt-4o",
+        LLM_TIMEOUT_S="1", LLM_MAX_RETRIES="5", LLM_BREAKER_FAILURES="100", LLM_RUN_BUDGET_S="1.5",
+    )  # fmt: skip
+    llm_server.responder = lambda r: NEVER
+    settings = load_settings()
+    started = time.monotonic()
+    for purpose in ("extraction", "patrol", "patrol"):
+        with pytest.raises(LLMError):
+            ask(resolve(settings, purpose, run_id="budget-run"))
+    elapsed = time.monotonic() - started
+    # One whole timeout, then a request cut to what is left: 1.5 s, not 3 x 6 x 1 s.
+    assert 1.4 < elapsed < 2.5
+    assert len(llm_server.requests) == 2
+    last = resolve(settings, "narrative", run_id="budget-run")
+    with pytest.raises(LLMError, match="not asked: the run's time budget for model calls is spent"):
+        ask(last)
+    meta = last.usage.metadata()
+    assert meta["llm/run_budget_spent"] is True and meta["llm/skipped_calls"] == 1
+    assert 1.4 < meta["llm/run_seconds"] < 2.5
 
 
 def test_keys_absent_from_logs_errors_and_metadata(home, llm_server, caplog):

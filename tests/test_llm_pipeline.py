@@ -1,12 +1,14 @@
-"""The patrol job through Dagster with a model configured: a working one, and a dead one."""
+"""The patrol and narrative jobs through Dagster with a model configured: working, dead, hung, hostile."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 
 import dagster as dg
+import pytest
 from conftest import SAMPLES
-from llm_server import fake_model
+from llm_server import NEVER, fake_model, nested_json
 
 from mindflow import store
 from mindflow.config import load_settings
@@ -90,3 +92,64 @@ def test_patrol_with_a_dead_model_still_runs_mechanically(home, llm_server):
     assert "provider:model" in nodes_meta["llm_config_error"]
     assert nodes_meta["llm_steps"].startswith("skipped")
     assert not (settings.workspace / "ada" / "think.md").exists()
+
+
+def nodes_per_being(settings) -> dict[str, int]:
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        return dict(con.execute("SELECT being_id, count(*) FROM nodes GROUP BY 1").fetchall())
+
+
+def test_answers_nested_past_the_parsers_limit_fail_no_run(home, llm_server):
+    # Only the patrol and narrative models answer (nested JSON); extraction is mechanical.
+    llm_server.configure(
+        None, LLM_PATROL="openai:gpt-4o", LLM_NARRATIVE="openai:gpt-4o", LLM_MAX_RETRIES="0",
+        LLM_BREAKER_FAILURES="1000",
+    )  # fmt: skip
+    llm_server.responder = lambda request: nested_json()
+    settings = load_settings()
+    shutil.copytree(SAMPLES / "inbox", settings.inbox)
+    run_job(settings, "ingest")
+    assert run_job(settings, "patrol")[0].success
+    nodes = nodes_per_being(settings)
+    assert set(nodes) == {"ada", "bram"} and min(nodes.values()) > 0
+    instance = dg.DagsterInstance.get()
+    nodes_meta = materializations(instance, "nodes")[-1]
+    assert nodes_meta["rejected_llm_answers"] == nodes_meta["llm/failed_calls"] > 0
+    assert "JSON nested too deeply" in nodes_meta["llm/errors"]
+    assert materializations(instance, "journal")[-1]["written"] == 0
+    assert run_job(settings, "narrative")[0].success
+    story_meta = materializations(instance, "story")[-1]
+    assert story_meta["failed_batches"] == 2 and "JSON nested too deeply" in story_meta["errors"]
+    assert materializations(instance, "core_memory")[-1]["modes"] == "mechanical (llm failed)"
+    for being in ("ada", "bram"):  # STORY.md waits for the next run; MEMORY.md is written mechanically
+        assert not (settings.workspace / being / "STORY.md").exists()
+        assert "## Critical Facts" in (settings.workspace / being / "MEMORY.md").read_text()
+
+
+@pytest.mark.timeout(120)  # before the breaker: 40 requests of 0.5 s; with defaults, 40 x 2 minutes
+def test_a_hung_model_costs_a_patrol_a_bounded_time(home, llm_server):
+    llm_server.configure(
+        None, LLM_PATROL="openai:gpt-4o", LLM_TIMEOUT_S="0.5", LLM_MAX_RETRIES="1", LLM_BREAKER_FAILURES="3",
+    )  # fmt: skip
+    llm_server.responder = lambda request: NEVER
+    settings = load_settings()
+    shutil.copytree(SAMPLES / "inbox", settings.inbox)
+    run_job(settings, "ingest")
+    (summary,) = run_job(settings, "patrol")
+    assert summary.success
+    # Three requests in the whole run (both beings, roots, ❹, ❻, diary, think.md), then none.
+    assert len(llm_server.requests) == 3
+    instance = dg.DagsterInstance.get()
+    nodes_meta = materializations(instance, "nodes")[-1]
+    journal_meta = materializations(instance, "journal")[-1]
+    assert nodes_meta["llm/calls"] == 3 and nodes_meta["llm/breaker_open"] is True
+    assert nodes_meta["llm/skipped_calls"] > 0 and nodes_meta["llm/run_seconds"] < 3 * 0.5 + 1
+    assert (journal_meta["llm/calls"], journal_meta["llm/skipped_calls"], journal_meta["written"]) == (0, 4, 0)
+    nodes = nodes_per_being(settings)
+    assert set(nodes) == {"ada", "bram"} and min(nodes.values()) > 0
+    said = [
+        e.user_message
+        for e in instance.all_logs(summary.run_id)
+        if e.level == logging.WARNING and "breaker open" in (e.user_message or "")
+    ]
+    assert len(said) == 1 and "openai:gpt-4o" in said[0]

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
+from llm_server import nested_json
 
 from mindflow import patrol
 from mindflow.config import load_settings
@@ -252,6 +253,34 @@ def test_patrol_with_a_dead_server_still_does_its_mechanical_work(con, llm_serve
     assert node(con, "n-old")["status"] == "dying"
     assert model.usage.failed_calls >= 2 and model.usage.metadata()["llm/failed_calls"] >= 2
     assert not (settings.workspace / ADA / "think.md").exists()
+
+
+def test_answers_nested_past_the_parsers_limit_are_rejected_and_every_being_is_patrolled(
+    con, llm_server, embedder, settings
+):
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0", LLM_BREAKER_FAILURES="100")
+    llm_server.responder = lambda request: nested_json()
+    beings = ("ada", "bram")
+    episodes = [
+        Episode(episode_id=f"{being}-{i}", being_id=being, ts=TS + timedelta(minutes=i), speaker=being,
+                role="user", text=text)
+        for being in beings
+        for i, text in enumerate(["The client meeting went well", "My sister's wedding is next weekend"])
+    ]  # fmt: skip
+    con.register("eps", episodes_table(episodes))
+    con.execute("INSERT INTO episodes SELECT *, ?::TIMESTAMP FROM eps", [NOW])
+    model = llm()
+    for being in beings:
+        steps = {r.step: r for r in patrol.run_patrol(con, being, embedder, now=NOW, llm=model, settings=settings)}
+        # Each answer is rejected like any malformed one: the mechanical choices stand.
+        assert steps["❶ nodes"].counts["root_rejected"] == 1
+        assert "JSON nested too deeply" in steps["❶ nodes"].errors[0]
+        assert steps["❹ consolidation"].counts["rejected"] >= 1
+        assert steps["diary/think_md"].counts == {"diary": 0, "think": 0, "rejected": 2}
+        assert not (settings.workspace / being / "think.md").exists()
+    nodes = dict(con.execute("SELECT being_id, count(*) FROM nodes GROUP BY 1").fetchall())
+    assert nodes == {"ada": 2, "bram": 2}
+    assert model.usage.failed_calls == model.usage.calls == len(llm_server.requests)
 
 
 def test_rejected_root_classification_is_counted_with_its_reason(con, llm_server, roots, embedder):

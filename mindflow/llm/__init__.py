@@ -2,13 +2,14 @@
 
 `resolve(settings, purpose)` gives the chain for a purpose or None (mechanical mode);
 `LLM.complete(prompt)` walks it and returns a non-empty text or a validated pydantic
-instance, or raises LLMError. The work lives in `providers` (SDK clients), `answers`
-(reading an answer), `budget` (tokens and usage) and `chain` (resolve, failover).
+instance, or raises LLMError (LLMSkipped when the run has stopped asking models). The work
+lives in `providers` (SDK clients), `answers` (reading an answer), `budget` (tokens, usage,
+the run's time budget and breakers) and `chain` (resolve, failover).
 """
 
 from mindflow.llm.answers import parse_structured
 from mindflow.llm.budget import Usage, estimate_tokens
-from mindflow.llm.chain import LLM, PURPOSES, LLMError, chain_for, resolve
+from mindflow.llm.chain import LLM, PURPOSES, LLMError, LLMSkipped, chain_for, resolve
 from mindflow.llm.providers import (
     CONTEXT_TOKENS,
     DEFAULT_CONTEXT_TOKENS,
@@ -25,6 +26,7 @@ __all__ = [
     "KEY_ENV",
     "LLM",
     "LLMError",
+    "LLMSkipped",
     "MAX_RETRY_AFTER_S",
     "PROVIDERS",
     "PURPOSES",

@@ -24,10 +24,17 @@ def parse_structured(text: str, schema: type[pydantic.BaseModel]) -> pydantic.Ba
         data = json.loads(body)
     except json.JSONDecodeError as exc:
         raise Unusable(f"malformed JSON ({exc.msg} at {exc.pos})") from None
+    except RecursionError:
+        # Python's parser recurses per level: a hostile answer must not take the run down.
+        raise Unusable("JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past Python's 4,300-digit parsing limit
+        raise Unusable(f"unreadable JSON ({str(exc)[:80]})") from None
     if not isinstance(data, dict):
         raise Unusable("the answer is not a JSON object")
     try:
         return schema.model_validate(data)
+    except RecursionError:
+        raise Unusable("JSON nested too deeply") from None
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ())) or "(root)"

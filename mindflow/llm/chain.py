@@ -1,21 +1,23 @@
 """The failover chain of one purpose: which models it holds, and `LLM.complete` walking them.
 
-`resolve(settings, purpose)` gives the chain for a purpose or None (mechanical mode);
-`LLM.complete(prompt)` walks it, retrying and failing over, and returns a non-empty text
-or a validated pydantic instance, or raises LLMError.
+`resolve(settings, purpose, run_id=...)` gives the chain for a purpose or None (mechanical
+mode); `LLM.complete(prompt)` walks it, retrying and failing over, and returns a non-empty
+text or a validated pydantic instance, or raises LLMError. Chains resolved with the same
+run id share one `RunGuard`: the run's model time and each model's breaker.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import pydantic
 
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
 from mindflow.llm.answers import parse_structured
-from mindflow.llm.budget import Usage, estimate_tokens
+from mindflow.llm.budget import RunGuard, Usage, estimate_tokens, run_guard
 from mindflow.llm.providers import (
     CONTEXT_TOKENS,
     DEFAULT_CONTEXT_TOKENS,
@@ -34,7 +36,15 @@ PURPOSES = ("narrative", "patrol", "extraction")
 
 
 class LLMError(MindflowError):
-    """Every model in the chain failed, or the run's budget is spent."""
+    """Every model in the chain failed, or the purpose's budget is spent."""
+
+
+class LLMSkipped(LLMError):
+    """No model was asked: the run stopped asking them (breaker open, run time budget spent).
+
+    Said once for the run when it happens, and counted in `llm/skipped_calls`: callers
+    fall back as for any LLMError, without a line of their own per call.
+    """
 
 
 def chain_for(settings: Settings, purpose: str) -> list[ModelSpec]:
@@ -58,22 +68,44 @@ def chain_for(settings: Settings, purpose: str) -> list[ModelSpec]:
     return specs
 
 
-def resolve(settings: Settings, purpose: str) -> LLM | None:
-    """The chain for a purpose; None means mechanical mode (nothing configured)."""
+def resolve(
+    settings: Settings,
+    purpose: str,
+    run_id: str | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> LLM | None:
+    """The chain for a purpose; None means mechanical mode (nothing configured).
+
+    Chains of one `run_id` (every asset of a Dagster run) share the run's guard; without
+    one the chain has a guard of its own. `notice` gets the one line said when the run
+    stops asking a model (e.g. the run's log), besides the `mindflow.llm` logger.
+    """
     specs = chain_for(settings, purpose)
-    return LLM(settings, purpose, specs) if specs else None
+    if not specs:
+        return None
+    guard = run_guard(settings.llm_run_budget_s, settings.llm_breaker_failures, run_id)
+    return LLM(settings, purpose, specs, run=guard, notice=notice)
 
 
 class LLM:
     """A failover chain of models for one purpose, with its own budget and usage."""
 
-    def __init__(self, settings: Settings, purpose: str, specs: list[ModelSpec]):
+    def __init__(
+        self,
+        settings: Settings,
+        purpose: str,
+        specs: list[ModelSpec],
+        run: RunGuard | None = None,
+        notice: Callable[[str], None] | None = None,
+    ):
         if not specs:
             raise ValueError("an LLM needs at least one model")
         self.settings = settings
         self.purpose = purpose
         self.specs = specs
-        self.usage = Usage()
+        self.run = run or RunGuard(settings.llm_run_budget_s, settings.llm_breaker_failures)
+        self.notice = notice
+        self.usage = Usage(run=self.run)
         # The last answer that came back but failed validation, for [PARSE_FAILED] notes.
         self.last_invalid: str | None = None
         self._clients = [Client(settings, spec) for spec in specs]
@@ -139,9 +171,40 @@ class LLM:
             log.warning("LLM %s %s", self.purpose, reason)
         raise LLMError(f"{self.purpose} LLM {reason} (raise MINDFLOW_LLM_BUDGET_CALLS/_TOKENS)")
 
+    def _say(self, message: str | None) -> None:
+        """The one line said when the run stops asking a model (also kept in llm/errors)."""
+        if message is None:
+            return
+        message = self._scrub(f"{self.purpose}: {message}")
+        if message not in self.usage.errors:
+            self.usage.errors.append(message)
+        log.warning("LLM %s", message)
+        if self.notice is not None:
+            self.notice(f"LLM {message}")
+
+    def _spend(self, started: float) -> None:
+        self._say(self.run.spend(time.monotonic() - started))
+
+    def _failed(self, client: Client, reason: str) -> None:
+        """A request that gave no usable answer: counted, and towards the model's breaker."""
+        self.usage.failed_calls += 1
+        self._say(self.run.failed(str(client.spec), self._scrub(reason)))
+
+    def _not_asked(self, prompt: Prompt, asked: bool, why: str) -> LLMError:
+        """LLMSkipped when this completion sent no request, else the failure it ends with."""
+        if asked:
+            return LLMError(f"{self.purpose} LLM: no valid answer for {prompt.name}: {why}")
+        self.usage.skipped_calls += 1
+        return LLMSkipped(f"{self.purpose} LLM: {prompt.name} not asked: {why}")
+
     def complete(self, prompt: Prompt) -> str | pydantic.BaseModel:
-        """Walk the chain; a non-empty str (schema None) or a validated schema instance."""
+        """Walk the chain; a non-empty str (schema None) or a validated schema instance.
+
+        Models whose breaker is open in this run are skipped. With none left, or the run's
+        model time spent, LLMError comes without a request: the caller's fallback works on.
+        """
         self.last_invalid = None
+        asked = False
         for index, client in enumerate(self._clients):
             if index:
                 self.usage.failovers += 1
@@ -149,6 +212,10 @@ class LLM:
             attempt = 0
             while True:
                 self._check_budget()
+                if self.run.exhausted:
+                    raise self._not_asked(prompt, asked, "the run's time budget for model calls is spent")
+                if self.run.is_open(str(client.spec)):
+                    break
                 if not client.ready:
                     try:
                         client.sdk()
@@ -156,27 +223,37 @@ class LLM:
                         self._fail(client.spec, str(exc))
                         break
                 self.usage.calls += 1
+                asked = True
+                started = time.monotonic()
+                timeout = min(self.settings.llm_timeout_s, self.run.remaining())
                 try:
-                    text, tokens_in, tokens_out = client.call(prompt)
+                    text, tokens_in, tokens_out = client.call(prompt, timeout=timeout)
                 except Retryable as exc:
-                    self.usage.failed_calls += 1
-                    if attempt < self.settings.llm_max_retries:
+                    self._spend(started)
+                    self._failed(client, str(exc))
+                    if attempt < self.settings.llm_max_retries and not self.run.is_open(str(client.spec)):
                         attempt += 1
                         self.usage.retries += 1
                         log.info("LLM %s %s: %s, retry %d", self.purpose, client.spec, exc, attempt)
                         backoff = self.settings.llm_retry_backoff_s * 2 ** (attempt - 1)
-                        time.sleep(max(backoff, min(exc.wait_s, MAX_RETRY_AFTER_S)))
+                        wait = max(backoff, min(exc.wait_s, MAX_RETRY_AFTER_S))
+                        started = time.monotonic()
+                        time.sleep(max(0.0, min(wait, self.run.remaining())))
+                        self._spend(started)
                         continue
                     self._fail(client.spec, f"{exc} after {attempt} retries")
                     break
                 except Unusable as exc:
-                    self.usage.failed_calls += 1
+                    self._spend(started)
+                    self._failed(client, str(exc))
                     self._fail(client.spec, str(exc))
                     break
                 except Exception as exc:  # an SDK or transport error we did not foresee
-                    self.usage.failed_calls += 1
+                    self._spend(started)
+                    self._failed(client, type(exc).__name__)
                     self._fail(client.spec, f"{type(exc).__name__}: {exc}")
                     break
+                self._spend(started)
                 self.usage.input_tokens += tokens_in
                 self.usage.output_tokens += tokens_out
                 price_in, price_out = self._price(client.spec.model)
@@ -185,6 +262,7 @@ class LLM:
                     if not isinstance(text, str) or not text.strip():
                         raise Unusable("empty text")
                     if prompt.schema is None:
+                        self.run.succeeded(str(client.spec))
                         return text.strip()
                     answer = parse_structured(text, prompt.schema)
                     if prompt.check is not None:
@@ -192,13 +270,17 @@ class LLM:
                             prompt.check(answer)
                         except ValueError as exc:
                             raise Unusable(f"rejected: {exc}") from None
+                    self.run.succeeded(str(client.spec))
                     return answer
                 except Unusable as exc:
-                    self.usage.failed_calls += 1
+                    self._failed(client, f"{prompt.name}: {exc}")
                     if isinstance(text, str) and text.strip():
                         self.last_invalid = text
                     self._fail(client.spec, f"{prompt.name}: {exc}")
                     break
+        skipped = [str(s) for s in self.specs if self.run.is_open(str(s))]
+        if not asked and skipped:
+            raise self._not_asked(prompt, asked, f"breaker open for {', '.join(skipped)}")
         raise LLMError(
             f"{self.purpose} LLM: no valid answer for {prompt.name} from "
             f"{', '.join(str(s) for s in self.specs)} ({self.usage.errors[-1] if self.usage.errors else ''})"

@@ -114,9 +114,14 @@ class Client:
     def secrets(self) -> list[str]:
         return [self._key] if self._key and self._key != "not-needed" else []
 
-    def call(self, prompt: Prompt) -> tuple[str, int, int]:
-        """(text, input tokens, output tokens); Retryable or Unusable or another exception."""
+    def call(self, prompt: Prompt, timeout: float | None = None) -> tuple[str, int, int]:
+        """(text, input tokens, output tokens); Retryable or Unusable or another exception.
+
+        `timeout` (seconds) replaces MINDFLOW_LLM_TIMEOUT_S for this request: the run's
+        guard shortens it to what is left of the run's time budget.
+        """
         sdk = self.sdk()
+        per_request = {} if timeout is None else {"timeout": max(0.001, timeout)}
         try:
             if self.spec.provider == "anthropic":
                 resp = sdk.messages.create(
@@ -124,6 +129,7 @@ class Client:
                     system=prompt.full_system(),
                     messages=prompt.messages,
                     max_tokens=prompt.max_tokens,
+                    **per_request,
                 )
                 if getattr(resp, "type", "message") == "error":
                     raise Unusable("error event in the response")
@@ -138,6 +144,7 @@ class Client:
                 model=self.spec.model,
                 messages=[{"role": "system", "content": prompt.full_system()}, *prompt.messages],
                 max_tokens=prompt.max_tokens,
+                **per_request,
             )
             if not resp.choices:
                 raise Unusable("no choices in the response")
