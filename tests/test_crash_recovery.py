@@ -48,24 +48,27 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
-def _read_until(stream, needle: str, timeout: float) -> str:
-    """Lines of a pipe until one holds `needle` (the pipe is read on a thread: no deadlock)."""
-    import queue
-    import threading
+class _Lines:
+    """Every line a pipe gives, read on a thread (no deadlock), to wait for one and read all."""
 
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
-    seen = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        if needle in line:
-            return "".join(seen)
-    raise AssertionError(f"{needle!r} not printed within {timeout} s; got {''.join(seen)!r}")
+    def __init__(self, stream):
+        import threading
+
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
+        self._thread.start()
+
+    def wait_for(self, needle: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(needle in line for line in list(self.lines)):
+                return "".join(self.lines)
+            time.sleep(0.2)
+        raise AssertionError(f"{needle!r} not printed within {timeout} s; got {''.join(self.lines)!r}")
+
+    def all(self, timeout: float = 15) -> str:
+        self._thread.join(timeout)  # the pipe closes when the process ends
+        return "".join(self.lines)
 
 
 @pytest.fixture
@@ -113,7 +116,8 @@ def test_a_waiting_run_says_why_sleeps_and_stops_on_ctrl_c(ingested):
         assert "duckdb" in instance.get_run_by_id(held_by).run_op_concurrency.all_pools
     try:
         waiter = start(home, "run", "decay")
-        said = _read_until(waiter.stderr, "waiting for pool duckdb", timeout=90)
+        stderr = _Lines(waiter.stderr)
+        said = stderr.wait_for("waiting for pool duckdb", timeout=90)
         assert "patrol run" in said and f"pid {holder.pid}" in said and "Ctrl-C" in said
 
         # Waiting costs nothing measurable: before the fix it spun at ~0.8 of a core.
@@ -123,8 +127,9 @@ def test_a_waiting_run_says_why_sleeps_and_stops_on_ctrl_c(ingested):
         assert spent < 0.25, f"the waiting run used {spent:.2f} s of CPU in 5 s"
 
         waiter.send_signal(signal.SIGINT)
-        out, err = waiter.communicate(timeout=15)
-        assert waiter.returncode == 130, (out, err)
+        waiter.wait(timeout=15)
+        err = stderr.all()
+        assert waiter.returncode == 130, err
         assert "interrupted" in err and "Traceback" not in err
     finally:
         holder.send_signal(signal.SIGKILL)
