@@ -71,6 +71,15 @@ class _Lines:
         return "".join(self.lines)
 
 
+def _kill_patrol_mid_step(home: Path) -> tuple[str, subprocess.Popen]:
+    """`mindflow run patrol` killed with -9 once a step has started: its run id and process."""
+    victim = start(home, "run", "patrol")
+    killed_run = _wait_for_step(home, "patrol", victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    return killed_run, victim
+
+
 @pytest.fixture
 def ingested(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "home"
@@ -84,10 +93,7 @@ def ingested(tmp_path, monkeypatch) -> Path:
 
 def test_a_run_killed_mid_step_never_blocks_the_next_one(ingested):
     home = ingested
-    victim = start(home, "run", "patrol")
-    killed_run = _wait_for_step(home, "patrol", victim)
-    victim.send_signal(signal.SIGKILL)
-    victim.communicate()
+    killed_run, victim = _kill_patrol_mid_step(home)
 
     # Before the fix the next run waited for the dead run's slot for ever, printing nothing.
     again = mindflow(home, "run", "patrol", timeout=240)
@@ -145,10 +151,7 @@ def test_init_marks_a_dead_run_failed(ingested):
     import dagster as dg
 
     home = ingested
-    victim = start(home, "run", "patrol")
-    killed_run = _wait_for_step(home, "patrol", victim)
-    victim.send_signal(signal.SIGKILL)
-    victim.communicate()
+    killed_run, _ = _kill_patrol_mid_step(home)
 
     done = mindflow(home, "init")
     assert done.returncode == 0, done.stderr
