@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 # A run over a range of daily partitions records one planned event per asset instead of one
 # per day (mindflow.runner sets the same for the CLI): a failed run's days show as missing.
 export DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS ?= true
-# Partition materializations reach the event log as one batch (one transaction, not ~700).
+# A range run's partition materializations reach the event log storage as one batch.
 export DAGSTER_EVENT_BATCH_SIZE ?= 1000
 
 .PHONY: install demo test dev serve bench clean

@@ -35,6 +35,18 @@ concurrency:
     granularity: run
 telemetry:
   enabled: false
+"""
+_HEADER, _TELEMETRY = DAGSTER_YAML.split("concurrency:\n")[0], "telemetry:\n  enabled: false\n"
+_OP_POOLS = """\
+concurrency:
+  pools:
+    # Pool `duckdb` (every asset that opens the DuckDB file) runs one step at a time.
+    default_limit: 1
+"""
+_RUN_POOLS = DAGSTER_YAML[len(_HEADER) : DAGSTER_YAML.index(_TELEMETRY)]
+# Earlier mindflow versions named their own event log storage, a subclass of Dagster's
+# internal SQLite storage; Dagster's default reads and writes the same files.
+_OWN_STORAGE = """\
 # Dagster's SQLite event log, keeping its connections and batching partition events
 # (see mindflow/dagster_storage.py); same files, readable by plain Dagster.
 event_log_storage:
@@ -42,17 +54,11 @@ event_log_storage:
   class: MindflowSqliteEventLogStorage
 """
 # What earlier versions of mindflow wrote, upgraded in place while nobody has edited it.
-_EARLIER_POOLS = """\
-concurrency:
-  pools:
-    # Pool `duckdb` (every asset that opens the DuckDB file) runs one step at a time.
-    default_limit: 1
-telemetry:
-  enabled: false
-"""
 _EARLIER_YAML = tuple(
-    "# Written by mindflow: the local Dagster instance of this MINDFLOW_HOME.\n" + _EARLIER_POOLS + rest
-    for rest in ("", DAGSTER_YAML.split("telemetry:\n  enabled: false\n")[1])
+    _HEADER + pools + _TELEMETRY + storage
+    for pools in (_OP_POOLS, _RUN_POOLS)
+    for storage in ("", _OWN_STORAGE)
+    if _HEADER + pools + _TELEMETRY + storage != DAGSTER_YAML
 )
 # The CLI prints one line per run; the full event log is in the UI.
 _QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -89,15 +95,19 @@ def prepare_instance(settings: Settings) -> Path:
     config = home / "dagster.yaml"
     if not config.exists() or config.read_text() in _EARLIER_YAML:
         config.write_text(DAGSTER_YAML)
+    elif "mindflow.dagster_storage" in config.read_text():
+        raise MindflowError(
+            f"{config} names mindflow.dagster_storage, which mindflow no longer has: delete its "
+            "`event_log_storage:` block (Dagster's default storage reads the same files)"
+        )
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ["MINDFLOW_HOME"] = str(settings.resolved_home)
     # Dagster's opt-in: a run over a range of partitions records one "planned" event per
     # asset instead of one per partition (a backfill of two years of days wrote ~730 more
-    # events, ~17 ms each on SQLite). Dagster's stated trade-off: partitions of such a run
+    # events, ~8 ms each on SQLite). Dagster's stated trade-off: partitions of such a run
     # that fails are shown as missing rather than failed; the run itself shows the failure.
     os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "true")
-    # The materializations of a range run reach the event log as one batch, which
-    # mindflow's event log storage writes in one transaction per database.
+    # The materializations of a range run reach the event log as one batch.
     os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", "1000")
     return home
 
