@@ -57,16 +57,21 @@ class ReapReport:
     freed_slots: dict[str, int] = field(default_factory=dict)
 
 
-def process_start(pid: int) -> str | None:
-    """The start time of a process in clock ticks since boot (Linux), None where unknown."""
+def _stat(pid: int) -> list[bytes] | None:
+    """Fields 3.. of /proc/<pid>/stat (state first), None where there is no such file."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may hold spaces: split after it.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return fields[19].decode() if len(fields) > 19 else None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a process in clock ticks since boot (Linux), None where unknown."""
+    fields = _stat(pid)
+    return fields[19].decode() if fields and len(fields) > 19 else None
 
 
 def process_alive(pid: int, start: str | None = None) -> bool:
@@ -79,17 +84,11 @@ def process_alive(pid: int, start: str | None = None) -> bool:
         return False
     except PermissionError:
         return True  # someone else's live process
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    fields = _stat(pid)
     if fields and fields[0] in (b"Z", b"X"):
         return False  # killed, not yet reaped by its parent: it holds nothing
-    return start is None or process_start(pid) in (None, start)
+    # Without /proc (not Linux) the signal above is all there is to know.
+    return start is None or fields is None or len(fields) <= 19 or fields[19].decode() == start
 
 
 def run_tags() -> dict[str, str]:
@@ -176,13 +175,8 @@ def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapR
     for record in _in_progress(instance):
         run = record.dagster_run
         pid, start, checkable = _process_of(instance, run)
-        if not checkable:
-            continue
-        if pid is None:
-            # Created by the CLI but never started (killed in between), or launched and not
-            # yet started: only the CLI's runs are judged, by their own tag above.
-            continue
-        if process_alive(pid, start):
+        # A launched run whose worker has not named its pid yet is still starting.
+        if not checkable or pid is None or process_alive(pid, start):
             continue
         message = (
             f"The process of this run (pid {pid}) is gone (killed, or its machine restarted): "
@@ -194,20 +188,21 @@ def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapR
             instance.report_run_failed(run, message=message)
         report.failed.append(run.run_id)
         if log:
-            log(f"run {run.run_id} ({run.job_name}, pid {pid}) was left unfinished by a dead process: marked failed")
+            log(
+                f"run {run.run_id} ({run.job_name}, pid {pid}) was left unfinished by a dead process: "
+                "marked failed"
+            )
     storage = instance.event_log_storage
     if storage.supports_global_concurrency_limits:
         holding = storage.get_concurrency_run_ids()
         if holding:
-            done = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
-            finished = {
-                r.dagster_run.run_id
-                for r in instance.get_run_records(filters=dg.RunsFilter(run_ids=list(holding), statuses=done))
+            status = {
+                r.dagster_run.run_id: r.dagster_run.status
+                for r in instance.get_run_records(dg.RunsFilter(run_ids=list(holding)))
             }
-            # A slot held by a run that is not in the run storage at all was left by a
-            # deleted run: it can never be freed by that run either.
-            known = {r.dagster_run.run_id for r in instance.get_run_records(dg.RunsFilter(run_ids=list(holding)))}
-            for run_id in sorted(finished | (set(holding) - known)):
+            done = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+            # A slot of a run missing from the run storage (deleted) is never freed by it either.
+            for run_id in sorted(r for r in holding if r not in status or status[r] in done):
                 freed = storage.free_concurrency_slots_for_run(run_id)
                 report.freed_slots[run_id] = len(freed or ())
                 if log:
@@ -215,14 +210,14 @@ def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapR
     return report
 
 
-def holders(instance, exclude: str | None = None) -> list[Holder]:
+def holders(instance) -> list[Holder]:
     """The live runs in progress that use the pool, oldest first."""
     import dagster as dg
 
     found = []
     for record in _in_progress(instance):
         run = record.dagster_run
-        if run.run_id == exclude or not _uses_pool(run):
+        if not _uses_pool(run):
             continue
         if run.status == dg.DagsterRunStatus.NOT_STARTED:
             continue  # holds nothing until it starts; a dead one is reaped above
@@ -232,13 +227,11 @@ def holders(instance, exclude: str | None = None) -> list[Holder]:
     return sorted(found, key=lambda h: h.started or datetime.max.replace(tzinfo=UTC))
 
 
-def wait_until_free(
-    instance,
-    say: Callable[[str], None],
-    *,
-    poll_s: float = WAIT_POLL_S,
-    timeout_s: float | None = None,
-) -> float:
+def describe_holders(instance) -> str:
+    return "; ".join(h.describe() for h in holders(instance))
+
+
+def wait_until_free(instance, say: Callable[[str], None], *, poll_s: float = WAIT_POLL_S) -> float:
     """Sleep until no other live run holds the pool; returns the seconds waited.
 
     Says once what it waits for (and again when that changes). Between checks it sleeps,
@@ -248,15 +241,10 @@ def wait_until_free(
     last = None
     while True:
         reap_stale_runs(instance, log=say)
-        blocking = holders(instance)
-        if not blocking:
+        names = describe_holders(instance)
+        if not names:
             return time.monotonic() - began
-        names = "; ".join(h.describe() for h in blocking)
         if names != last:
             say(f"waiting for pool {POOL}: held by {names}. Ctrl-C stops waiting; nothing is lost.")
             last = names
-        if timeout_s is not None and time.monotonic() - began > timeout_s:
-            from mindflow.errors import MindflowError
-
-            raise MindflowError(f"pool {POOL} still held after {timeout_s:.0f} s by {names}")
         time.sleep(poll_s)

@@ -202,7 +202,7 @@ def _pool_turn(instance, say: Callable[[str], None]) -> Iterator[None]:
         lock.acquire(timeout=0)
     except Timeout:
         pool.reap_stale_runs(instance, log=say)
-        held = "; ".join(h.describe() for h in pool.holders(instance)) or "a run that is starting"
+        held = pool.describe_holders(instance) or "a run that is starting"
         say(
             f"waiting for pool {pool.POOL}: another mindflow process runs {held}. "
             "Ctrl-C stops waiting; nothing is lost."

@@ -34,7 +34,9 @@ def _wait_for_step(home: Path, job: str, proc: subprocess.Popen, timeout: float 
         assert proc.poll() is None, f"{job} ended before a step started: {proc.communicate()}"
         if (home / "dagster" / "dagster.yaml").exists():
             with _instance(home) as instance:
-                for record in instance.get_run_records(dg.RunsFilter(job_name=job, statuses=[dg.DagsterRunStatus.STARTED])):
+                for record in instance.get_run_records(
+                    dg.RunsFilter(job_name=job, statuses=[dg.DagsterRunStatus.STARTED])
+                ):
                     run_id = record.dagster_run.run_id
                     if instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_START).records:
                         return run_id
@@ -99,7 +101,9 @@ def test_a_run_killed_mid_step_never_blocks_the_next_one(ingested):
     again = mindflow(home, "run", "patrol", timeout=240)
     assert again.returncode == 0, again.stderr
     assert "patrol [bram] run" in again.stdout and ": ok" in again.stdout
-    assert f"run {killed_run} (patrol, pid {victim.pid}) was left unfinished by a dead process" in again.stderr
+    assert (
+        f"run {killed_run} (patrol, pid {victim.pid}) was left unfinished by a dead process" in again.stderr
+    )
 
     import dagster as dg
 
@@ -168,9 +172,23 @@ def test_a_dagster_run_killed_mid_step_is_found_by_its_engine_pid(ingested):
 
     home = ingested
     victim = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "dagster"), "job", "execute", "-f", str(REPO / "definitions.py"),
-         "-d", str(REPO), "-j", "patrol", "--tags", '{"dagster/partition": "bram"}'],
-        env=env_for(home), cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(REPO / ".venv" / "bin" / "dagster"),
+            "job",
+            "execute",
+            "-f",
+            str(REPO / "definitions.py"),
+            "-d",
+            str(REPO),
+            "-j",
+            "patrol",
+            "--tags",
+            '{"dagster/partition": "bram"}',
+        ],
+        env=env_for(home),
+        cwd=home,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     killed_run = _wait_for_step(home, "patrol", victim)
     victim.send_signal(signal.SIGKILL)
