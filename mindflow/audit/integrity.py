@@ -7,7 +7,7 @@ from pathlib import Path
 
 import duckdb
 
-from mindflow.audit.record import UNREADABLE, Recorded, apply, baseline, read_workspace_record
+from mindflow.audit.record import UNREADABLE, Recorded, apply, baseline, files_of, read_workspace_record
 from mindflow.audit.trail import (
     AUDIT_LOG,
     CRITICAL_NAMES,
@@ -16,6 +16,7 @@ from mindflow.audit.trail import (
     AuditRow,
     _sha256,
     commit_message,
+    is_critical,
     open_repo,
     workspace_lock,
 )
@@ -121,18 +122,17 @@ class _Findings:
 def _compare(settings: Settings, known: dict[str, Recorded], *, actor: str, run_id: str | None) -> _Findings:
     found = _Findings()
     report = found.report
-    approved = {k: r.sha256 for k, r in known.items() if r.sha256}
 
     def alert(key: str, summary: str) -> None:
         report.changed.append(key)
         report.new_alerts.append(key)
         found.alerts.append(AuditRow("ALERT", key, actor, summary, "none", run_id))
 
-    problem = _record_problem(settings, approved)
+    problem = _record_problem(settings, files_of(known))
     if problem:
         alert(INTEGRITY, f"integrity record {problem}; rewritten from the DuckDB baseline")
     paths = critical_files(settings)
-    for key in sorted(k for k in known if "/" in k and not k.startswith("config:")):
+    for key in sorted(filter(is_critical, known)):
         paths.setdefault(key, settings.workspace / key)  # a being's folder removed whole
     for key, path in paths.items():
         sha = _sha256(path)
@@ -171,7 +171,6 @@ def _record_findings(settings, repo, con, known, found: _Findings, *, actor: str
     if not rows:
         apply(con, found.updates, audit_id=None)  # only alert states cleared
         return
-    approved = {k: r.sha256 for k, r in known.items() if r.sha256}
     keys = [a.target for a in found.alerts]
     if len(keys) == 1:
         subject, summary = keys[0], found.alerts[0].summary
@@ -196,7 +195,7 @@ def _record_findings(settings, repo, con, known, found: _Findings, *, actor: str
         ),
         committer=actor,
         checksums=found.updates,
-        record_files={**approved, **{k: r.sha256 for k, r in found.updates.items() if r.sha256}},
+        record_files={**files_of(known), **{k: r.sha256 for k, r in found.updates.items() if r.sha256}},
     )
     run(settings, repo, tx, con)
 

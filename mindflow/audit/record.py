@@ -8,13 +8,12 @@ table is itself an ALERT (mindflow/audit/integrity.py).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 
 import duckdb
 
-from mindflow.audit.trail import CRITICAL_NAMES, INTEGRITY
+from mindflow.audit.trail import INTEGRITY, content_sha, is_critical
 from mindflow.config import Settings
 from mindflow.files import atomic_write
 from mindflow.models import utcnow
@@ -86,8 +85,8 @@ def _first_version(repo) -> dict[str, str]:
         return {}
     out = {}
     for blob in root.tree.traverse():
-        if blob.type == "blob" and blob.path.count("/") == 1 and blob.name in CRITICAL_NAMES:
-            out[blob.path] = hashlib.sha256(blob.data_stream.read()).hexdigest()
+        if blob.type == "blob" and is_critical(blob.path):
+            out[blob.path] = content_sha(blob.data_stream.read())
     return out
 
 

@@ -215,6 +215,7 @@ def write_file(
         if path.is_dir():
             raise MindflowError(f"{rel} is a folder in the workspace; name a file inside it")
         row = AuditRow(action, rel, actor, summary, approval, run_id)
+        sha = content_sha(data)
         tx = Transaction(
             rows=[row],
             paths=[rel, AUDIT_LOG],
@@ -229,11 +230,11 @@ def write_file(
                 audit_ids=[row.audit_id],
             ),
             committer=actor,
-            content={rel: content_sha(data)},
+            content={rel: sha},
         )
         if is_critical(rel):
-            tx.checksums = {rel: record.Recorded(content_sha(data))}
-            tx.record_files = {**recorded_files(settings, repo, con), rel: content_sha(data)}
+            tx.checksums = {rel: record.Recorded(sha)}
+            tx.record_files = {**recorded_files(settings, repo, con), rel: sha}
             tx.paths.append(INTEGRITY)
         run(settings, repo, tx, con, {rel: data})
     return True
