@@ -13,7 +13,7 @@ files' checksums in DuckDB, copied to meta/integrity.json), `integrity` (verify,
 """
 
 from mindflow.audit.integrity import IntegrityReport, accept_critical, critical_files, verify_critical
-from mindflow.audit.rollback import _parse_when, _utc, file_history, rollback
+from mindflow.audit.rollback import file_history, rollback
 from mindflow.audit.trail import (
     ACTIONS,
     AUDIT_LOG,
@@ -22,13 +22,6 @@ from mindflow.audit.trail import (
     INTEGRITY,
     LOG_HEADER,
     AuditRow,
-    _append_log,
-    _check_action,
-    _clean,
-    _commit,
-    _insert_rows,
-    _relpath,
-    _sha256,
     commit_message,
     is_critical,
     open_repo,
@@ -64,13 +57,4 @@ __all__ = [
     "verify_critical",
     "workspace_lock",
     "write_file",
-    "_append_log",
-    "_check_action",
-    "_clean",
-    "_commit",
-    "_insert_rows",
-    "_parse_when",
-    "_relpath",
-    "_sha256",
-    "_utc",
 ]

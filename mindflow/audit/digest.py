@@ -19,7 +19,7 @@ import duckdb
 
 from mindflow import audit
 from mindflow.audit import AUDIT_LOG, LOG_HEADER, AuditRow
-from mindflow.audit.trail import content_sha
+from mindflow.audit.trail import _commit, content_sha
 from mindflow.audit.writes import Transaction, run
 from mindflow.config import Settings
 from mindflow.models import utcnow
@@ -137,7 +137,7 @@ def run_digest(
         report.kept = sum(1 for line in keep_lines if audit.parse_line(line) is not None)
         if old and repo.is_dirty(path=AUDIT_LOG):
             # Table-level lines not yet committed: commit them first, so git keeps every pruned line.
-            audit._commit(
+            _commit(
                 repo,
                 [AUDIT_LOG],
                 audit.commit_message(
