@@ -212,9 +212,9 @@ def audit_cmd(
                 rows = audit.query(settings, since=when, file=file, actor=actor, action=action, con=con)
     except MindflowError as exc:
         _fail(exc)
-    if audit.pending(settings):
+    if waiting := audit.pending(settings):
         typer.echo(
-            f"({audit.pending(settings)} changes of an interrupted or unfinished run are not in the table "
+            f"({waiting} changes of an interrupted or unfinished run are not in the table "
             "yet; the next run records them)",
             err=True,
         )
