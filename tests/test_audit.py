@@ -740,7 +740,10 @@ def test_a_writer_killed_before_its_commit_is_committed_alone_on_the_next_write(
     assert not repo(settings).is_dirty() and not (settings.workspace / ".git/index.lock").exists()
     assert audit.pending(settings) == 0
 
-    # ada's own rerun has nothing left to do.
+    # ada's own rerun has nothing left to do: no commit, no row.
+    head = repo(settings).head.commit.hexsha
     with store.connect(settings.duckdb_path) as con:
         narrative.narrate(con, settings, "ada", run_id="run-ada-2")
+        assert con.execute("SELECT count(*) FROM audit_log WHERE run_id = 'run-ada-2'").fetchone() == (0,)
+    assert repo(settings).head.commit.hexsha == head
     assert_every_commit_matches_its_rows(settings)
