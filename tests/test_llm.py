@@ -96,6 +96,22 @@ def test_failover_on_each_failure_kind(home, llm_server, bad):
     assert len(llm.usage.errors) == 1 and "anthropic:claude-sonnet-4-5" in llm.usage.errors[0]
 
 
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (nested_json(), "JSON nested too deeply"),
+        ('{"label": "Business", "score": 1' + "0" * 5_000 + "}", "unreadable JSON"),
+    ],
+)
+def test_hostile_answers_are_rejected_with_their_reason(home, llm_server, bad, reason):
+    llm_server.configure("openai:gpt-4o", LLM_MAX_RETRIES="0")
+    llm_server.script([bad])
+    llm = resolve(load_settings(), "patrol")
+    with pytest.raises(LLMError, match=reason):
+        ask(llm)
+    assert llm.usage.failed_calls == 1 and reason in llm.usage.errors[0]
+
+
 def test_retry_after_is_honoured(home, llm_server):
     llm_server.configure("openai:gpt-4o")
     llm_server.script([Reply(text=None, status=429, headers={"retry-after": "0.6"}), "ok"])

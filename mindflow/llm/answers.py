@@ -32,9 +32,8 @@ def parse_structured(text: str, schema: type[pydantic.BaseModel]) -> pydantic.Ba
     if not isinstance(data, dict):
         raise Unusable("the answer is not a JSON object")
     try:
+        # pydantic-core bounds its own depth: too deep a value is a ValidationError (wrong shape).
         return schema.model_validate(data)
-    except RecursionError:
-        raise Unusable("JSON nested too deeply") from None
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first.get("loc", ())) or "(root)"
