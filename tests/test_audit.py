@@ -747,3 +747,57 @@ def test_a_writer_killed_before_its_commit_is_committed_alone_on_the_next_write(
         assert con.execute("SELECT count(*) FROM audit_log WHERE run_id = 'run-ada-2'").fetchone() == (0,)
     assert repo(settings).head.commit.hexsha == head
     assert_every_commit_matches_its_rows(settings)
+
+
+DIGEST_CRASH = """
+import os, sys
+from datetime import datetime
+
+replace = os.replace
+
+
+def killed_before_the_log(src, dst, *a, **k):  # the archive written, the pruned log not yet
+    if str(dst).endswith("meta/audit.log"):
+        os._exit(9)
+    return replace(src, dst, *a, **k)
+
+
+os.replace = killed_before_the_log
+from mindflow import store
+from mindflow.audit.digest import run_digest
+from mindflow.config import load_settings
+
+settings = load_settings()
+with store.connect(settings.duckdb_path) as con:
+    run_digest(settings, con, now=datetime(2026, 11, 1, 4, 0), run_id="d1")
+sys.exit(0)
+"""
+
+
+def test_a_digest_killed_between_its_files_is_redone_whole(settings, home):
+    from mindflow import store
+
+    july = [
+        AuditRow("APPEND", "ada/STORY.md", "narrative", f"day {d}", ts=datetime(2026, 7, 1 + d, 12))
+        for d in range(31)
+    ]
+    with store.connect(settings.duckdb_path) as con:
+        audit.log_table_mutations(con, july, settings)
+    crash = subprocess.run(
+        [sys.executable, "-c", DIGEST_CRASH], env=cli_env(home), cwd=home, capture_output=True, text=True
+    )
+    assert crash.returncode == 9, crash.stderr
+    assert "## 2026-07" in (settings.workspace / ARCHIVE).read_text()  # written before the kill
+    assert sum(r.ts.month == 7 for r in audit.read_log(settings)) == 31  # the log not pruned yet
+    assert audit.pending(settings) == 1
+
+    # The next digest restores the archive, then digests July once: one section, 31 entries.
+    with store.connect(settings.duckdb_path) as con:
+        report = run_digest(settings, con, now=datetime(2026, 11, 1, 4, 0), run_id="d2")
+        assert con.execute("SELECT count(*) FROM audit_log WHERE month(ts) = 7").fetchone() == (0,)
+    assert report.months == ["2026-07"] and report.entries == 31
+    sections = archive_sections(settings)
+    assert list(sections) == ["2026-07"] and "31 entries, 2026-07-01 .. 2026-07-31" in sections["2026-07"]
+    assert committed(settings, ARCHIVE) == (settings.workspace / ARCHIVE).read_bytes()
+    assert not repo(settings).is_dirty() and audit.pending(settings) == 0
+    assert [r.run_id for r in audit.read_log(settings) if r.action == "ARCHIVE"] == ["d2"]
