@@ -92,10 +92,9 @@ _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _JSON_BRACKET = re.compile(r"[\[\]{}]")
 # json.loads turns a `\udXXX` escape without its partner into a lone surrogate, which no
 # UTF-8 writer (DuckDB, Arrow, hashlib, the response encoder) accepts. Lines decoded from
-# UTF-8 can only carry one as such an escape; emoji arrive as escaped pairs from many
-# clients, so the escapes are counted first and the parsed line walked only when needed.
+# UTF-8 can only carry one as such an escape, so only a line with a surrogate escape
+# (emoji arrive as escaped pairs from many clients) has its parsed values walked.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-_SURROGATE_PAIR = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -237,22 +236,9 @@ def _load_json(line: str) -> Any:
         raise _Reject(f"bad JSON: {exc.msg} at column {exc.colno}") from exc
     except RecursionError as exc:  # only when the caller's own stack is nearly exhausted
         raise _Reject(f"line nested deeper than {MAX_JSON_DEPTH} levels") from exc
-    if _may_hold_lone_surrogate(line):
+    if _SURROGATE_ESCAPE.search(line):
         _reject_surrogates(value)
     return value
-
-
-def _may_hold_lone_surrogate(line: str) -> bool:
-    """False when every surrogate escape of a JSON line pairs up as json.loads pairs them."""
-    escapes = len(_SURROGATE_ESCAPE.findall(line))
-    if not escapes:
-        return False
-    if "\\\\" in line:
-        # An escaped backslash shifts what counts as an escape ("\\\\udfff" is text).
-        return True
-    # Without one, every backslash starts an escape, and json.loads pairs a high
-    # surrogate escape with the low one right after it, left to right, as findall does.
-    return 2 * len(_SURROGATE_PAIR.findall(line)) != escapes
 
 
 def _escaped(text: str) -> str:
@@ -261,26 +247,48 @@ def _escaped(text: str) -> str:
 
 
 def _reject_surrogates(value: Any) -> None:
-    """Reject a parsed line holding a lone surrogate, naming the field it sits in."""
-    stack: list[tuple[str, Any]] = [("", value)]
+    """Reject a parsed line holding a lone surrogate, naming the field it sits in.
+
+    A field's path is spelled out only for the one rejected: a line of emoji is walked
+    without building a string per field.
+    """
+    # Containers still to look into, each with its place as a (parent, key or index) chain.
+    stack: list[tuple[tuple | None, Any]] = [(None, value)]
     while stack:
-        where, item = stack.pop()
-        if isinstance(item, dict):
-            for key, child in reversed(item.items()):
-                path = f"{where}.{key}" if where else key
-                if found := _SURROGATE.search(key):
+        at, item = stack.pop()
+        if isinstance(item, str):  # only the line itself
+            children: Any = ((None, item),)
+        elif isinstance(item, dict):
+            for key in item:
+                if not key.isascii() and (found := _SURROGATE.search(key)):
                     raise _Reject(
-                        f"field name {_escaped(path)!r} contains an unpaired surrogate "
+                        f"field name {_escaped(_field_path((at, key)))!r} contains an unpaired surrogate "
                         f"{_escaped(found[0])} (half of a UTF-16 pair); send valid Unicode"
                     )
-                stack.append((path, child))
-        elif isinstance(item, list):
-            stack.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item))))
-        elif isinstance(item, str) and (found := _SURROGATE.search(item)):
-            raise _Reject(
-                f"text contains an unpaired surrogate {_escaped(found[0])} at field "
-                f"{_escaped(where or 'line')!r} (half of a UTF-16 pair); send valid Unicode"
-            )
+            children = item.items()
+        else:
+            children = enumerate(item) if isinstance(item, list) else ()
+        for step, child in children:
+            place = (at, step) if step is not None else at
+            if isinstance(child, (dict, list)):
+                stack.append((place, child))
+            elif isinstance(child, str) and not child.isascii() and (found := _SURROGATE.search(child)):
+                raise _Reject(
+                    f"text contains an unpaired surrogate {_escaped(found[0])} at field "
+                    f"{_escaped(_field_path(place) or 'line')!r} (half of a UTF-16 pair); send valid Unicode"
+                )
+
+
+def _field_path(at: tuple | None) -> str:
+    """`message.content[0].text` from a (parent, key or index) chain."""
+    steps: list[str | int] = []
+    while at is not None:
+        at, step = at
+        steps.append(step)
+    path = ""
+    for step in reversed(steps):
+        path += f"[{step}]" if isinstance(step, int) else f".{step}" if path else step
+    return path
 
 
 def _json_object(line: str) -> dict:

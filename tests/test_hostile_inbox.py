@@ -76,6 +76,7 @@ def ingest_all(con, settings: Settings):
         ({"text": "fine", "speaker": "x \udfff"}, "speaker"),
         ({"text": "fine", "id": "x \udfff"}, "id"),
         ({"text": "fine", "tags": ["ok", "x \udfff"]}, "tags[1]"),
+        ({"text": "fine", "meta": {"notes": ["ok", {"by": "x \udfff"}]}}, "meta.notes[1].by"),
     ],
 )
 def test_a_lone_surrogate_is_quarantined_naming_its_field_and_every_being_still_ingests(
@@ -107,6 +108,7 @@ def test_a_lone_surrogate_is_quarantined_naming_its_field_and_every_being_still_
         (r"emoji \ud83d\ude00 as a client escapes them", False),
         (r"a backslash then text: \\udfff", False),
         (r"a backslash then a lone one: \\\udfff", True),
+        (r"a backslash then a pair: \\\ud83d\ude00", False),
         (r"a pair split by a backslash: \ud83d\\ude00", True),
         (r"two highs, one low: \ud83d\ud83d\ude00", True),
         (r"a low before a high: \ude00\ud83d", True),
