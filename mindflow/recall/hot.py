@@ -111,7 +111,13 @@ class BeingIndex:
         self.snapshot = snapshot
         if rows.num_rows:
             rows = rows.sort_by([("ts", "ascending"), ("memory_ref", "ascending")])
-        vectors = primitives.vectors_of(rows) if rows.num_rows else np.zeros((0, 0), np.float32)
+        if rows.num_rows:
+            vectors = primitives.vectors_of(rows)
+        else:
+            # The table's width even without rows: empty answers keep the vector column's type.
+            vector = rows.schema.field("vector").type
+            width = vector.list_size if pa.types.is_fixed_size_list(vector) else 0
+            vectors = np.zeros((0, width), np.float32)
         if len(vectors):
             vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
         self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -122,10 +128,7 @@ class BeingIndex:
         self.refs = np.array(rows.column("memory_ref").to_pylist(), dtype=str)
         self._by_ref = np.argsort(self.refs, kind="stable")
         self._sorted_refs = self.refs[self._by_ref]
-        self.dim = self.vectors.shape[1] if len(self.vectors) else 0
-        # The vector column's type, for the empty answers of a being without memories
-        # (Arrow has no fixed-size list of size 0).
-        self.vector_type = rows.schema.field("vector").type if "vector" in rows.column_names else None
+        self.dim = self.vectors.shape[1]
         self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None
 
     def __len__(self) -> int:
@@ -205,9 +208,7 @@ class BeingIndex:
         index = pa.array(positions, type=pa.int64())
         out = {}
         for name in columns:
-            if name == "vector" and not self.dim:
-                out[name] = pa.array([], type=self.vector_type or pa.list_(pa.float32()))
-            elif name == "vector":
+            if name == "vector":
                 out[name] = to_column(self.vectors[positions].reshape(len(positions), self.dim))
             else:
                 out[name] = self.rows.column(name).take(index)
