@@ -38,10 +38,8 @@ ERRORS = {
     },
     401: {"model": models.ErrorResponse, "description": "Missing or unknown bearer token."},
     403: {"model": models.ErrorResponse, "description": "The token does not cover this being."},
-    404: {"model": models.ErrorResponse, "description": "Not there yet."},
     413: {"model": models.ErrorResponse, "description": "Request body over MINDFLOW_API_MAX_BODY_BYTES."},
     422: {"model": models.ErrorResponse, "description": "Invalid being id or request."},
-    503: {"model": models.ErrorResponse, "description": "Not ready, or busy: retry."},
 }
 # What a route with a JSON body can answer besides its own: BodyLimit's 400 and 413.
 BODY = (400, 413)
@@ -327,6 +325,8 @@ def create_app(
     app.include_router(v1)
     app.include_router(ebooks_router(errors(*BODY, 401, 422)))
 
+    model = _model_name(settings.embedding_model)
+
     @app.get("/healthz", response_model=models.Health, tags=["health"])
     def healthz() -> models.Health:
         """The process is up."""
@@ -340,7 +340,6 @@ def create_app(
     )
     def readyz() -> Any:
         """The model is loaded and the LanceDB folder is readable; open, so it names no paths."""
-        model = _model_name(settings.embedding_model)
         if not service.model_ready:
             return _error(503, f"not ready: the embedding model {model!r} is still loading")
         if not service.lance_readable():

@@ -39,15 +39,18 @@ def _iso_text(value: Any) -> Any:
     )
 
 
+def _as_naive_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+
+
 def _naive_utc(value: datetime | None) -> datetime | None:
     """Stored timestamps are naive UTC; an aware value is converted, a naive one taken as UTC."""
     if value is None:
         return None
-    if value.tzinfo is not None:
-        try:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        except OverflowError as exc:
-            raise ValueError("timestamp out of range") from exc
+    try:
+        value = _as_naive_utc(value)
+    except OverflowError as exc:
+        raise ValueError("timestamp out of range") from exc
     if not 1970 <= value.year <= 2100:
         raise ValueError(f"year {value.year} outside 1970..2100")
     return value
@@ -57,10 +60,6 @@ def _no_nul(value: str) -> str:
     if "\x00" in value:
         raise ValueError("must not contain NUL characters")
     return value
-
-
-def _as_naive_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
 
 
 def _rfc3339(value: datetime) -> str:
