@@ -157,11 +157,9 @@ def pending_files(inbox: Path) -> list[LandedFile]:
 
 
 def _landed(being_id: str, path: Path, sha: str) -> LandedFile:
-    if _safe_name(path.name) != path.name:
+    if (safe := _safe_name(path.name)) != path.name:
         # Dropped in by hand, not landed: a name that is not UTF-8 cannot go into source_ref.
-        return LandedFile(
-            being_id, path, sha, None, f"file name {_safe_name(path.name)!r} is not valid UTF-8; rename it"
-        )
+        return LandedFile(being_id, path, sha, None, f"file name {safe!r} is not valid UTF-8; rename it")
     try:
         return LandedFile(being_id, path, sha, detect_format(path))
     except MindflowError as exc:
@@ -397,10 +395,7 @@ def _without_reused_ids(
     episodes = [e for _, result, _ in parsed for e in result.episodes]
     if not episodes:
         return parsed
-    keys = pa.table(
-        {"being_id": [e.being_id for e in episodes], "episode_id": [e.episode_id for e in episodes]}
-    )
-    with store.registered(con, "file_keys", keys):
+    with store.registered(con, "file_keys", _keys(episodes)):
         stored = con.execute(
             "SELECT being_id, episode_id, text, source_ref FROM episodes "
             "SEMI JOIN file_keys USING (being_id, episode_id)"
@@ -447,11 +442,15 @@ def _quarantine_whole_file(inbox: Path, landed: LandedFile, reason: str) -> str:
     return written
 
 
-def _all_stored(con: duckdb.DuckDBPyConnection, episodes: list[Episode]) -> bool:
-    keys = pa.table(
+def _keys(episodes: list[Episode]) -> pa.Table:
+    """The episodes' (being_id, episode_id) keys, to join against `episodes`."""
+    return pa.table(
         {"being_id": [e.being_id for e in episodes], "episode_id": [e.episode_id for e in episodes]}
     )
-    with store.registered(con, "file_keys", keys):
+
+
+def _all_stored(con: duckdb.DuckDBPyConnection, episodes: list[Episode]) -> bool:
+    with store.registered(con, "file_keys", _keys(episodes)):
         missing = con.execute(
             "SELECT count(*) FROM file_keys k ANTI JOIN episodes e USING (being_id, episode_id)"
         ).fetchall()[0][0]
