@@ -55,7 +55,7 @@ def resolve_llm(context: dg.AssetExecutionContext, settings, purpose: str):
 
 def llm_metadata(llm, extra: dict) -> dict:
     """Calls, failures, failovers, tokens and cost of this run's LLM use (never keys)."""
-    return {**extra, **(llm.usage.metadata() if llm is not None else {})}
+    return {**extra, **(llm.metadata() if llm is not None else {})}
 
 
 @dg.asset(deps=[ALL_EPISODES], **(PATROL | {"code_version": "2"}))

@@ -202,7 +202,7 @@ def test_a_hung_model_is_asked_until_its_breaker_opens_for_the_whole_run(home, l
         "LLM patrol: breaker open for anthropic:claude-sonnet-4-5 (2 failed requests in a row, the last: "
         "timeout; MINDFLOW_LLM_BREAKER_FAILURES): the rest of this run does not ask it"
     ]
-    assert patrol.usage.metadata()["llm/breaker_open"] is True
+    assert patrol.metadata()["llm/breaker_open"] is True
     # Another purpose of the same run does not ask it either; another run does.
     llm_server.requests.clear()
     ask(resolve(settings, "extraction", run_id="hung-run"))
@@ -217,7 +217,7 @@ def test_with_every_model_broken_the_run_stops_asking(home, llm_server):
         with pytest.raises(LLMError):
             ask(llm)
     assert len(llm_server.requests) == 3
-    meta = llm.usage.metadata()
+    meta = llm.metadata()
     assert (meta["llm/calls"], meta["llm/failed_calls"], meta["llm/skipped_calls"]) == (3, 3, 7)
     assert meta["llm/breaker_open"] is True and "HTTP 500" in meta["llm/breaker"]
     with pytest.raises(LLMError, match="not asked: breaker open for openai:gpt-4o"):
@@ -236,7 +236,7 @@ def test_a_model_that_answers_again_is_asked_again(home, llm_server):
             answers.append(None)
     # Two failures in a row at most: the breaker (3 in a row) never opens.
     assert answers == [None, None, Answer(label="a", score=1)] * 3
-    assert llm.usage.metadata()["llm/breaker_open"] is False and llm.usage.skipped_calls == 0
+    assert llm.metadata()["llm/breaker_open"] is False and llm.usage.skipped_calls == 0
 
 
 def test_the_run_time_budget_bounds_the_time_spent_on_models(home, llm_server):
@@ -257,7 +257,7 @@ def test_the_run_time_budget_bounds_the_time_spent_on_models(home, llm_server):
     last = resolve(settings, "narrative", run_id="budget-run")
     with pytest.raises(LLMError, match="not asked: the run's time budget for model calls is spent"):
         ask(last)
-    meta = last.usage.metadata()
+    meta = last.metadata()
     assert meta["llm/run_budget_spent"] is True and meta["llm/skipped_calls"] == 1
     assert 1.4 < meta["llm/run_seconds"] < 2.5
 
@@ -273,7 +273,7 @@ def test_keys_absent_from_logs_errors_and_metadata(home, llm_server, caplog):
     assert "sk-ant-test-SECRET-anthropic-0000" in sent[0]
     assert sent[1] == "Bearer sk-test-SECRET-openai-0000"
     # ...and nowhere else.
-    seen = caplog.text + str(excinfo.value) + repr(llm.usage.metadata()) + repr(llm.usage)
+    seen = caplog.text + str(excinfo.value) + repr(llm.metadata()) + repr(llm.usage)
     assert "SECRET" not in seen
     assert "llm/errors" in llm.usage.metadata()
 

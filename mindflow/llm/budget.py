@@ -43,7 +43,6 @@ class Usage:
     errors: list[str] = field(default_factory=list)
     # Completions answered without asking any model: the run had stopped asking them.
     skipped_calls: int = 0
-    run: RunGuard | None = field(default=None, repr=False, compare=False)
 
     def metadata(self, prefix: str = "llm") -> dict[str, Any]:
         """Flat metadata for a MaterializeResult (no keys, short error reasons only)."""
@@ -57,8 +56,6 @@ class Usage:
             f"{prefix}/cost_usd": round(self.cost_usd, 6),
             f"{prefix}/skipped_calls": self.skipped_calls,
         }
-        if self.run is not None:
-            out |= self.run.metadata(prefix)
         if self.errors:
             out[f"{prefix}/errors"] = "\n".join(self.errors[-20:])
         return out

@@ -105,7 +105,7 @@ class LLM:
         self.specs = specs
         self.run = run or RunGuard(settings.llm_run_budget_s, settings.llm_breaker_failures)
         self.notice = notice
-        self.usage = Usage(run=self.run)
+        self.usage = Usage()
         # The last answer that came back but failed validation, for [PARSE_FAILED] notes.
         self.last_invalid: str | None = None
         self._clients = [Client(settings, spec) for spec in specs]
@@ -114,6 +114,10 @@ class LLM:
     def model(self) -> str:
         """The primary provider:model, for logs and metadata."""
         return str(self.specs[0])
+
+    def metadata(self, prefix: str = "llm") -> dict[str, object]:
+        """This purpose's usage and the run's guard (shared by the run), as flat metadata."""
+        return self.usage.metadata(prefix) | self.run.metadata(prefix)
 
     def context_tokens(self) -> int:
         """The smallest context window in the chain: a batch must fit every model that may get it."""
