@@ -9,7 +9,8 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-# About 8,000 tokens: a long message or note, well short of a pasted log or file dump.
+# At the usual ~4 characters a token of English prose, about 8,000 tokens: a long message or
+# note, well short of a pasted log or file dump.
 MAX_EPISODE_CHARS = 32_000
 # USD per million (input, output) tokens, by model name (prefix match); override with
 # MINDFLOW_LLM_PRICES='{"my-model": [0.5, 1.5]}'. Local models cost nothing.
