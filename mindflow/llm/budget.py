@@ -130,7 +130,10 @@ class RunGuard:
 
 
 # Guards of recent runs by run id: the assets of one Dagster run (in-process executor)
-# each resolve their own chain, and must find the same guard.
+# each resolve their own chain, and must find the same guard. Nothing says when a run
+# ends, so old guards are dropped by age: a run launched by the daemon or the UI has a
+# process of its own (one guard), while the CLI and a test session run many in one
+# process, one at a time, so the bound only has to outlast the runs in flight.
 _RUNS: OrderedDict[str, RunGuard] = OrderedDict()
 _RUNS_KEPT = 64
 _RUNS_LOCK = threading.Lock()
