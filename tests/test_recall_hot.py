@@ -164,6 +164,8 @@ def test_the_index_of_a_being_without_memories_answers_nothing(published, embedd
         assert hot.wait("nobody")
         index = hot.get(table, "nobody")
         assert index is not None and len(index) == 0  # built, and held: no rebuild per request
+        assert hot.get(table, "nobody") is index
+        assert index.dim == table.schema.field("vector").type.list_size
         keep = index.mask()
         positions, cosine = index.nearest(embedder.encode(["violin"])[0], keep, 10)
         assert len(positions) == len(cosine) == 0
