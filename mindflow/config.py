@@ -191,6 +191,16 @@ class Settings(BaseSettings):
         return self.resolved_home / "events"
 
     @property
+    def loop(self) -> Path:
+        """Marks (tombstones and pins) the API appends and runs fold in: `loop/<being>/marks.jsonl`."""
+        return self.resolved_home / "loop"
+
+    @property
+    def proposals(self) -> Path:
+        """Changes waiting for a person's decision: `proposals/<being>/<proposal_id>.json`."""
+        return self.resolved_home / "proposals"
+
+    @property
     def workspace(self) -> Path:
         return self.resolved_home / "workspace"
 

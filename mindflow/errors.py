@@ -7,3 +7,11 @@ class MindflowError(Exception):
     The message says what went wrong and what to do; the CLI prints it on one
     line and exits non-zero, without a traceback.
     """
+
+
+class NotFound(MindflowError):
+    """Something asked for by id does not exist (or belongs to another being): HTTP 404."""
+
+
+class Conflict(MindflowError):
+    """The request contradicts the current state, e.g. deciding a proposal already decided: HTTP 409."""

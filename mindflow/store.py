@@ -308,6 +308,27 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        6,
+        "marks: forget and pin",
+        [
+            # The marks (loop/<being>/marks.jsonl) already applied, so a retried run folds each once.
+            """
+            CREATE TABLE IF NOT EXISTS folded_marks (
+                mark_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                op VARCHAR NOT NULL,
+                folded_at TIMESTAMP NOT NULL
+            )
+            """,
+            # When a person forgot it: archived, and kept archived by decay and the patrol
+            # until restored.
+            "ALTER TABLE nodes ADD COLUMN IF NOT EXISTS forgotten_at TIMESTAMP",
+            "ALTER TABLE decay_scores ADD COLUMN IF NOT EXISTS forgotten_at TIMESTAMP",
+            "ALTER TABLE facts ADD COLUMN IF NOT EXISTS forgotten_at TIMESTAMP",
+            "ALTER TABLE relations ADD COLUMN IF NOT EXISTS forgotten_at TIMESTAMP",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

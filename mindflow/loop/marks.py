@@ -1,0 +1,259 @@
+"""Marks: the tombstones and pins an agent or a person sets, appended by the API, folded in by runs.
+
+The read API never opens DuckDB, yet a forget or a pin must hold on every server at
+once. So each is one line in `loop/<being>/marks.jsonl`: every server re-reads the file
+when it changes and applies the marks to what it returns, and the next run that writes
+nodes folds them into DuckDB (`mindflow.loop.fold`). The file is never rewritten while
+memory may still need it: a run that started before a forget publishes the memory
+again, and the tombstone still hides it until a later run archives it.
+
+A mark holds refs and episode ids, never content: after a permanent forget nothing of
+the text may remain under MINDFLOW_HOME.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from filelock import FileLock
+
+from mindflow.errors import MindflowError
+from mindflow.files import append_lines, fsync_dir
+from mindflow.inbox import validate_being_id
+from mindflow.models import utcnow
+
+log = logging.getLogger(__name__)
+
+# forget: soft (archived, restorable); delete: permanent, erased by the `forget` job, final.
+FORGETTING = ("forget", "restore", "delete")
+PINNING = ("pin", "unpin")
+MARK_OPS = FORGETTING + PINNING
+MARKS_FILE = "marks.jsonl"
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One decision about memories: forget, restore, delete (permanent), pin or unpin."""
+
+    mark_id: str  # uuid4 hex
+    being_id: str
+    op: str
+    refs: tuple[str, ...]  # memory refs (n-...), fact refs (f-...), relation refs (r-...)
+    episode_ids: tuple[str, ...]  # the source episodes of the refs (forget, restore, delete)
+    ts: datetime  # naive UTC
+    actor: str  # user | agent
+    proposal_id: str | None = None
+
+
+def new_mark(
+    being_id: str,
+    op: str,
+    refs: Iterable[str],
+    episode_ids: Iterable[str] = (),
+    actor: str = "user",
+    proposal_id: str | None = None,
+    ts: datetime | None = None,
+) -> Mark:
+    if op not in MARK_OPS:
+        raise MindflowError(f"unknown mark {op!r}; use one of {', '.join(MARK_OPS)}")
+    return Mark(
+        mark_id=uuid.uuid4().hex,
+        being_id=validate_being_id(being_id),
+        op=op,
+        refs=tuple(dict.fromkeys(refs)),
+        episode_ids=tuple(dict.fromkeys(episode_ids)),
+        ts=ts or utcnow(),
+        actor=actor,
+        proposal_id=proposal_id,
+    )
+
+
+def marks_path(loop_dir: Path, being_id: str) -> Path:
+    return loop_dir / validate_being_id(being_id) / MARKS_FILE
+
+
+def append_marks(loop_dir: Path, marks: Sequence[Mark]) -> None:
+    """Append marks durably (one write, fsync); all of one being's marks share one file."""
+    by_being: dict[str, list[Mark]] = {}
+    for mark in marks:
+        by_being.setdefault(mark.being_id, []).append(mark)
+    for being_id, batch in by_being.items():
+        path = marks_path(loop_dir, being_id)
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fsync_dir(path.parent.parent)
+        data = "".join(_to_line(m) for m in batch).encode("utf-8")
+        with FileLock(str(path) + ".lock"):
+            append_lines(path, data)
+
+
+def _to_line(mark: Mark) -> str:
+    record = {
+        "mark_id": mark.mark_id,
+        "being_id": mark.being_id,
+        "op": mark.op,
+        "refs": list(mark.refs),
+        "episode_ids": list(mark.episode_ids),
+        "ts": mark.ts.isoformat(),
+        "actor": mark.actor,
+        "proposal_id": mark.proposal_id,
+    }
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _from_line(raw: bytes) -> Mark:
+    record = json.loads(raw)
+    ts = datetime.fromisoformat(record["ts"])
+    if ts.tzinfo is not None:
+        ts = ts.astimezone(UTC).replace(tzinfo=None)
+    op = str(record["op"])
+    if op not in MARK_OPS:
+        raise ValueError(f"unknown op {op!r}")
+    return Mark(
+        mark_id=str(record["mark_id"]),
+        being_id=str(record["being_id"]),
+        op=op,
+        refs=tuple(str(r) for r in record.get("refs") or ()),
+        episode_ids=tuple(str(e) for e in record.get("episode_ids") or ()),
+        ts=ts,
+        actor=str(record.get("actor") or "user"),
+        proposal_id=record.get("proposal_id"),
+    )
+
+
+def read_marks(loop_dir: Path, being_id: str) -> list[Mark]:
+    """The being's marks in the order they were set; a torn line is skipped with a warning."""
+    path = marks_path(loop_dir, being_id)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return _parse(data, path, being_id)
+
+
+def _parse(data: bytes, path: Path, being_id: str) -> list[Mark]:
+    out = []
+    for number, raw in enumerate(data.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            mark = _from_line(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("skipped unreadable mark %s:%d (%s)", path, number, exc)
+            continue
+        if mark.being_id == being_id:
+            out.append(mark)
+    return out
+
+
+@dataclass(frozen=True)
+class MarkState:
+    """What a being's marks say now: which refs are hidden, which are pinned."""
+
+    forgotten: frozenset[str] = frozenset()  # hidden: soft-forgotten or deleted
+    forgotten_episodes: frozenset[str] = frozenset()
+    deleted: frozenset[str] = frozenset()  # permanently: a restore no longer applies
+    deleted_episodes: frozenset[str] = frozenset()
+    pinned: frozenset[str] = frozenset()
+    unpinned: frozenset[str] = frozenset()  # explicitly unpinned since a pin
+
+    def hides(self, ref: str, episode_ids: Iterable[str] = ()) -> bool:
+        if ref in self.forgotten:
+            return True
+        return bool(self.forgotten_episodes) and any(e in self.forgotten_episodes for e in episode_ids)
+
+    def is_deleted(self, ref: str, episode_ids: Iterable[str] = ()) -> bool:
+        if ref in self.deleted:
+            return True
+        return bool(self.deleted_episodes) and any(e in self.deleted_episodes for e in episode_ids)
+
+
+def state_of(marks: Iterable[Mark]) -> MarkState:
+    """The state after applying the marks in order: the latest decision about a ref wins,
+    except that a permanent delete is final."""
+    forgotten: dict[str, bool] = {}
+    forgotten_episodes: dict[str, bool] = {}
+    deleted: set[str] = set()
+    deleted_episodes: set[str] = set()
+    pinned: dict[str, bool] = {}
+    for mark in marks:
+        if mark.op in FORGETTING:
+            hide = mark.op != "restore"
+            for ref in mark.refs:
+                if ref not in deleted:
+                    forgotten[ref] = hide
+            for episode in mark.episode_ids:
+                if episode not in deleted_episodes:
+                    forgotten_episodes[episode] = hide
+            if mark.op == "delete":
+                deleted.update(mark.refs)
+                deleted_episodes.update(mark.episode_ids)
+        else:
+            for ref in mark.refs:
+                pinned[ref] = mark.op == "pin"
+    return MarkState(
+        forgotten=frozenset(r for r, hidden in forgotten.items() if hidden),
+        forgotten_episodes=frozenset(e for e, hidden in forgotten_episodes.items() if hidden),
+        deleted=frozenset(deleted),
+        deleted_episodes=frozenset(deleted_episodes),
+        pinned=frozenset(r for r, p in pinned.items() if p),
+        unpinned=frozenset(r for r, p in pinned.items() if not p),
+    )
+
+
+class MarkCache:
+    """Each being's `MarkState` in one server process, read again only when its file changes.
+
+    One `stat` per request: a mark appended by any process is applied by the next request
+    of every process.
+    """
+
+    def __init__(self, loop_dir: Path):
+        self.loop_dir = loop_dir
+        self._states: dict[str, tuple[tuple[int, int], MarkState]] = {}
+        self._lock = threading.Lock()
+
+    def state(self, being_id: str) -> MarkState:
+        path = marks_path(self.loop_dir, being_id)
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return MarkState()
+        key = (stat.st_size, stat.st_mtime_ns)
+        with self._lock:
+            cached = self._states.get(being_id)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+        state = state_of(_parse(path.read_bytes(), path, being_id))
+        with self._lock:
+            self._states[being_id] = (key, state)
+        return state
+
+
+def visible(state: MarkState, memories: Sequence) -> list:
+    """The memories no tombstone hides (anything with `memory_ref` and `source_episode_ids`)."""
+    if not state.forgotten and not state.forgotten_episodes:
+        return list(memories)
+    return [m for m in memories if not state.hides(m.memory_ref, m.source_episode_ids)]
+
+
+def with_pins(state: MarkState, memories: Sequence) -> list:
+    """The memories with `pinned` as the marks say, before any run folds them in."""
+    if not state.pinned and not state.unpinned:
+        return list(memories)
+    out = []
+    for memory in memories:
+        if memory.memory_ref in state.pinned and not memory.pinned:
+            memory = replace(memory, pinned=True)
+        elif memory.memory_ref in state.unpinned and memory.pinned:
+            memory = replace(memory, pinned=False)
+        out.append(memory)
+    return out
