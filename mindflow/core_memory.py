@@ -17,6 +17,7 @@ import duckdb
 from mindflow import audit
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
+from mindflow.models import utcnow
 from mindflow.narrative import estimate_tokens, read_soul
 
 MAX_TOKENS = 3_000
@@ -67,14 +68,30 @@ def _identity_lines(soul: str) -> list[str]:
     return out
 
 
-def gather(con: duckdb.DuckDBPyConnection, settings: Settings, being_id: str, top: int = 40) -> Blocks:
-    """Candidate lines per block, most important first, from nodes, decay scores and facts."""
+# An episode no tombstone covers: neither named by a mark ($hidden) nor the source of a
+# forgotten node. MEMORY.md never shows what the person asked to forget.
+_KEPT_EPISODE = """NOT list_contains($hidden, e.episode_id) AND NOT EXISTS (
+    SELECT 1 FROM nodes f WHERE f.being_id = e.being_id AND f.forgotten_at IS NOT NULL
+      AND list_contains(f.source_episode_ids, e.episode_id))"""
+
+
+def gather(
+    con: duckdb.DuckDBPyConnection,
+    settings: Settings,
+    being_id: str,
+    top: int = 40,
+    hidden_episodes: list[str] | tuple[str, ...] = (),
+) -> Blocks:
+    """Candidate lines per block, most important first, from nodes, decay scores and facts.
+
+    Forgotten memories and facts, and the episodes they came from, are left out."""
+    hidden = {"being": being_id, "hidden": list(hidden_episodes), "top": top}
     vault = [
         f"{_line(text)} ({ts:%Y-%m-%d})"
         for text, ts in con.execute(
             """
             SELECT coalesce(n.scene.action, ''), coalesce(n.episode_ts, n.created_at)
-            FROM nodes n WHERE n.being_id = ? AND n.status <> 'dead'
+            FROM nodes n WHERE n.being_id = ? AND n.status NOT IN ('dead', 'archived')
               AND (n.pinned OR n.trigger = 'remember') AND coalesce(n.scene.action, '') <> ''
             ORDER BY n.pinned DESC, n.importance DESC, 2
             """,
@@ -85,8 +102,9 @@ def gather(con: duckdb.DuckDBPyConnection, settings: Settings, being_id: str, to
         vault = [
             f"{_line(text)} ({ts:%Y-%m-%d})"
             for text, ts in con.execute(
-                "SELECT text, ts FROM episodes WHERE being_id = ? AND trigger = 'remember' ORDER BY ts",
-                [being_id],
+                f"SELECT text, ts FROM episodes e WHERE being_id = $being AND trigger = 'remember' "
+                f"AND {_KEPT_EPISODE} ORDER BY ts",
+                {"being": being_id, "hidden": hidden["hidden"]},
             ).fetchall()
         ]
     critical = [
@@ -109,10 +127,10 @@ def gather(con: duckdb.DuckDBPyConnection, settings: Settings, being_id: str, to
         critical = [
             f"{_line(text)} ({ts:%Y-%m-%d})"
             for text, ts in con.execute(
-                "SELECT text, ts FROM episodes WHERE being_id = ? AND kind IN ('fact', 'decision') "
-                "AND coalesce(trigger, '') NOT IN ('remember', 'forget') "
-                "ORDER BY coalesce(importance, 0.5) DESC, ts DESC LIMIT ?",
-                [being_id, top],
+                "SELECT text, ts FROM episodes e WHERE being_id = $being AND kind IN ('fact', 'decision') "
+                f"AND coalesce(trigger, '') NOT IN ('remember', 'forget') AND {_KEPT_EPISODE} "
+                "ORDER BY coalesce(importance, 0.5) DESC, ts DESC LIMIT $top",
+                hidden,
             ).fetchall()
         ]
     critical += [
@@ -120,7 +138,8 @@ def gather(con: duckdb.DuckDBPyConnection, settings: Settings, being_id: str, to
         for entity, key, value in con.execute(
             """
             SELECT entity, key, value FROM facts
-            WHERE being_id = ? AND invalid_at IS NULL AND coalesce(category, '') <> 'preference'
+            WHERE being_id = ? AND invalid_at IS NULL AND forgotten_at IS NULL
+              AND coalesce(category, '') <> 'preference'
             ORDER BY activation * importance DESC, created_at DESC LIMIT ?
             """,
             [being_id, top // 2],
@@ -129,36 +148,36 @@ def gather(con: duckdb.DuckDBPyConnection, settings: Settings, being_id: str, to
     active = [
         f"{ts:%Y-%m-%d} {_line(text, 200)}"
         for text, ts in con.execute(
-            """
-            WITH latest AS (SELECT max(ts) AS t FROM episodes WHERE being_id = ?)
+            f"""
+            WITH latest AS (SELECT max(ts) AS t FROM episodes WHERE being_id = $being)
             SELECT e.text, e.ts FROM episodes e, latest
-            WHERE e.being_id = ? AND e.ts > latest.t - to_days(?)
+            WHERE e.being_id = $being AND e.ts > latest.t - to_days($days)
               AND e.kind IN ('task', 'decision', 'event', 'emotion', 'message')
-              AND coalesce(e.trigger, '') NOT IN ('remember', 'forget')
+              AND coalesce(e.trigger, '') NOT IN ('remember', 'forget') AND {_KEPT_EPISODE}
             ORDER BY CASE WHEN e.kind IN ('task', 'decision') THEN 0 ELSE 1 END,
                      coalesce(e.importance, 0.3) DESC, e.ts DESC
-            LIMIT ?
+            LIMIT $half
             """,
-            [being_id, being_id, ACTIVE_DAYS, top // 2],
+            {"being": being_id, "hidden": hidden["hidden"], "days": ACTIVE_DAYS, "half": top // 2},
         ).fetchall()
         if not _technical(text)
     ]
     persona = [
         _line(text)
         for (text,) in con.execute(
-            """
-            SELECT any_value(text) FROM episodes
-            WHERE being_id = ? AND kind IN ('preference', 'correction')
-            GROUP BY lower(text) ORDER BY max(coalesce(importance, 0.5)) DESC, max(ts) DESC LIMIT ?
+            f"""
+            SELECT any_value(text) FROM episodes e
+            WHERE being_id = $being AND kind IN ('preference', 'correction') AND {_KEPT_EPISODE}
+            GROUP BY lower(text) ORDER BY max(coalesce(importance, 0.5)) DESC, max(ts) DESC LIMIT $top
             """,
-            [being_id, top],
+            hidden,
         ).fetchall()
     ]
     persona += [
         _line(f"{entity} {key}: {value}")
         for entity, key, value in con.execute(
             "SELECT entity, key, value FROM facts WHERE being_id = ? AND invalid_at IS NULL "
-            "AND category = 'preference' ORDER BY activation DESC LIMIT ?",
+            "AND forgotten_at IS NULL AND category = 'preference' ORDER BY activation DESC LIMIT ?",
             [being_id, top // 2],
         ).fetchall()
     ]
@@ -224,7 +243,7 @@ def render(
     if count(text_of(chosen)) > cap:
         raise MindflowError(
             f"{being_id} has {len(blocks.vault)} pinned/remembered memories: more than fit in "
-            f"MEMORY.md's {cap} tokens even shortened; unpin some (`forget`) to make room"
+            f"MEMORY.md's {cap} tokens even shortened; unpin some (`mindflow unpin`) to make room"
         )
     queues = [
         ("Critical Facts", list(blocks.critical)),
@@ -267,8 +286,16 @@ def build_core_memory(
     run_id: str | None = None,
     trigger: str = "manual",
 ) -> CoreMemoryReport:
-    """Write workspace/<being>/MEMORY.md: mechanically, or rewritten by `llm` from the mechanical draft."""
-    blocks = gather(con, settings, being_id)
+    """Write workspace/<being>/MEMORY.md: mechanically, or rewritten by `llm` from the mechanical draft.
+
+    The being's marks are folded in first: a memory forgotten since the last run leaves
+    MEMORY.md now, a pinned one takes its place among the Critical Facts."""
+    from mindflow.loop.fold import fold_marks
+    from mindflow.loop.marks import read_marks, state_of
+
+    fold_marks(con, settings, being_id, utcnow(), run_id)
+    hidden = sorted(state_of(read_marks(settings.loop, being_id)).forgotten_episodes)
+    blocks = gather(con, settings, being_id, hidden_episodes=hidden)
     count = estimate_tokens if llm is None else (lambda t: max(estimate_tokens(t), llm.count_tokens(t)))
     text, tokens, dropped = render(being_id, blocks, "mechanical", count=count)
     report = CoreMemoryReport(being_id, "mechanical", pinned=len(blocks.vault), dropped=dropped)

@@ -58,18 +58,19 @@ def register_nodes(con: duckdb.DuckDBPyConnection, as_of: datetime, params: Deca
         f"""
         INSERT INTO decay_scores (memory_ref, being_id, store, kind, base_relevance, created_at,
             last_accessed, access_count, type_weight, score, status, pinned,
-            retention_from, retention_days, as_of)
+            retention_from, retention_days, as_of, forgotten_at)
         SELECT n.node_id, n.being_id, 'nodes', n.kind,
                CASE WHEN n.trigger = 'remember' THEN 1.0 ELSE n.importance END,
                n.created_at, n.created_at, 1,
                CASE WHEN n.pinned THEN {TYPE_WEIGHTS['core']} ELSE CASE n.kind {kind_case} ELSE
                     {TYPE_WEIGHTS['episodic']} END END,
-               NULL, 'active', n.pinned,
+               CASE WHEN n.forgotten_at IS NOT NULL THEN 0 END,
+               CASE WHEN n.forgotten_at IS NOT NULL THEN 'archived' ELSE 'active' END, n.pinned,
                CASE WHEN e.format = 'daily-md' AND e.importance IS NOT NULL THEN e.ts END,
                CASE WHEN e.format = 'daily-md' AND e.importance IS NOT NULL THEN
                     CASE WHEN e.importance >= ? THEN NULL
                          WHEN e.importance >= ? THEN ? ELSE ? END END,
-               NULL
+               NULL, n.forgotten_at
         FROM nodes n
         LEFT JOIN episodes e ON e.being_id = n.being_id AND e.episode_id = n.source_episode_ids[1]
         WHERE n.created_at <= ?
@@ -105,7 +106,9 @@ def status_sql(params: DecayParams, score: str) -> str:
 def update_scores(con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams) -> int:
     """The score of every row formed by `as_of`; returns how many were scored."""
     rows = con.execute(
-        f"UPDATE decay_scores SET score = {score_sql(params)}, as_of = $as_of WHERE created_at <= $as_of",
+        f"UPDATE decay_scores SET score = {score_sql(params)}, as_of = $as_of "
+        # A forgotten memory stays at 0 and archived until it is restored.
+        "WHERE created_at <= $as_of AND forgotten_at IS NULL",
         {"as_of": as_of},
     ).fetchall()
     return int(rows[0][0]) if rows else 0
@@ -115,7 +118,8 @@ def update_statuses(con: duckdb.DuckDBPyConnection, as_of: datetime, params: Dec
     """The statuses that follow from the scores, writing only those that change."""
     status = status_sql(params, "score")
     con.execute(
-        f"UPDATE decay_scores SET status = {status} WHERE created_at <= $as_of AND status <> {status}",
+        f"UPDATE decay_scores SET status = {status} "
+        f"WHERE created_at <= $as_of AND forgotten_at IS NULL AND status <> {status}",
         {"as_of": as_of},
     ).fetchall()
 

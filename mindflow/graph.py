@@ -90,7 +90,7 @@ _FACTS_SQL = f"""
     SELECT f.fact_id, f.being_id, f.entity, coalesce(a.entity_key, f.raw_key) AS entity_key,
            f.key, f.value, f.category, f.confidence, round(f.activation, 1) AS activation,
            f.importance, f.valid_at, f.source_episode_ids
-    FROM (SELECT *, {_KEY_FUNCTION}(entity) AS raw_key FROM facts WHERE invalid_at IS NULL) f
+    FROM (SELECT *, {_KEY_FUNCTION}(entity) AS raw_key FROM facts WHERE invalid_at IS NULL AND forgotten_at IS NULL) f
     LEFT JOIN graph_aliases a ON a.being_id = f.being_id AND a.alias_key = f.raw_key
 """
 
@@ -100,7 +100,7 @@ _RELATIONS_SQL = f"""
            r.weight, r.valid_at, r.source_episode_ids
     FROM (
         SELECT *, {_KEY_FUNCTION}(subject) AS raw_subject, {_KEY_FUNCTION}(object) AS raw_object
-        FROM relations WHERE invalid_at IS NULL
+        FROM relations WHERE invalid_at IS NULL AND forgotten_at IS NULL
     ) r
     LEFT JOIN graph_aliases s ON s.being_id = r.being_id AND s.alias_key = r.raw_subject
     LEFT JOIN graph_aliases o ON o.being_id = r.being_id AND o.alias_key = r.raw_object

@@ -528,7 +528,7 @@ def test_twenty_thousand_rows_match_numpy(con):
         }
     )
     con.register("synthetic", table)
-    con.execute("INSERT INTO decay_scores SELECT * FROM synthetic")
+    con.execute("INSERT INTO decay_scores BY NAME SELECT * FROM synthetic")
     con.unregister("synthetic")
 
     formed = created <= as_of

@@ -20,8 +20,14 @@ HISTORY_ACTIONS = {
     "consolidated": "MERGE",
     "split": "EDIT",
     "archived": "ARCHIVE",
-    "forgotten": "DELETE",
+    "forgotten": "ARCHIVE",
+    "restored": "EDIT",
+    "pinned": "EDIT",
+    "unpinned": "EDIT",
+    "deleted": "DELETE",
 }
+# Written by the fold of a person's marks, which audits and commits them itself (mindflow.loop.fold).
+DECIDED_BY_MARKS = ("forgotten", "restored", "pinned", "unpinned")
 
 
 def log_history(
@@ -32,8 +38,8 @@ def log_history(
         con.execute("UPDATE history SET run_id = ? WHERE ts >= ? AND run_id IS NULL", [run_id, since])
     counts = con.execute(
         "SELECT being_id, operation, count(*) FROM history WHERE ts >= ? "
-        "AND run_id IS NOT DISTINCT FROM ? GROUP BY 1, 2 ORDER BY 1, 2",
-        [since, run_id],
+        "AND run_id IS NOT DISTINCT FROM ? AND NOT list_contains(?, operation) GROUP BY 1, 2 ORDER BY 1, 2",
+        [since, run_id, list(DECIDED_BY_MARKS)],
     ).fetchall()
     rows = [
         AuditRow(

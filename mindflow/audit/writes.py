@@ -262,6 +262,38 @@ def log_table_mutations(
         run(settings, repo, Transaction(rows=list(rows)), con)
 
 
+def commit_table_mutations(
+    con: duckdb.DuckDBPyConnection | None, rows: list[AuditRow], settings: Settings, *, trigger: str
+) -> None:
+    """Table-level rows a person decided (forget, restore, pin): logged like `log_table_mutations`
+    and committed at once, so the workspace history shows the decision with its actor and approval."""
+    if not rows:
+        return
+    for r in rows:
+        _check_action(r.action)
+    first = rows[0]
+    summary = "; ".join(r.summary for r in rows)
+    with workspace_lock(settings):
+        repo = open_repo(settings)
+        recover(settings, repo, con)
+        tx = Transaction(
+            rows=list(rows),
+            paths=[AUDIT_LOG],
+            message=commit_message(
+                first.action,
+                first.target,
+                summary,
+                actor=first.actor,
+                approval=first.approval,
+                trigger=trigger,
+                run_id=first.run_id,
+                audit_ids=[r.audit_id for r in rows],
+            ),
+            committer=first.actor,
+        )
+        run(settings, repo, tx, con)
+
+
 def pending(settings: Settings) -> int:
     """Journal entries not finished yet (a killed writer's, or rows waiting for a DuckDB connection)."""
     folder = _journal(settings)

@@ -1,0 +1,258 @@
+"""Folding a being's marks into DuckDB: forgotten memories archived, restored ones back, pins set.
+
+The fold applies the *state* the marks describe, not each mark once: a tombstone set
+on a fresh memory before its node existed, or on an episode a later extraction turns
+into a new node, is applied by whichever run finds the node. Every statement is
+set-based and idempotent, so a run killed halfway and run again finishes the job, and
+only what changes writes a history row.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+import duckdb
+
+from mindflow.audit import AuditRow
+from mindflow.audit.writes import commit_table_mutations
+from mindflow.config import Settings
+from mindflow.loop.marks import Mark, MarkState, read_marks, state_of
+
+
+@dataclass
+class MarkFoldReport:
+    """What one fold changed for a being."""
+
+    marks: int = 0  # marks not folded before
+    forgotten: int = 0  # memories archived by a tombstone
+    restored: int = 0
+    pinned: int = 0
+    unpinned: int = 0
+    facts_forgotten: int = 0  # facts and relations
+    facts_restored: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return asdict(self)
+
+    @property
+    def changed(self) -> int:
+        return sum(v for k, v in asdict(self).items() if k != "marks")
+
+
+def fold_marks(
+    con: duckdb.DuckDBPyConnection,
+    settings: Settings,
+    being_id: str,
+    now: datetime,
+    run_id: str | None = None,
+) -> MarkFoldReport:
+    """Bring the being's nodes, decay scores, facts and relations in line with its marks."""
+    marks = read_marks(settings.loop, being_id)
+    report = MarkFoldReport()
+    if not marks:
+        return report
+    state = state_of(marks)
+    folded = {
+        r[0] for r in con.execute("SELECT mark_id FROM folded_marks WHERE being_id = ?", [being_id]).fetchall()
+    }
+    new = [m for m in marks if m.mark_id not in folded]
+    report.marks = len(new)
+    actors = _actors(marks)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        _forget(con, being_id, state, now, report, run_id)
+        _restore(con, being_id, state, now, report, run_id)
+        _pins(con, being_id, state, now, report, run_id)
+        if new:
+            con.executemany(
+                "INSERT OR IGNORE INTO folded_marks VALUES (?, ?, ?, ?)",
+                [[m.mark_id, being_id, m.op, now] for m in new],
+            )
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    if report.changed:
+        _audit(con, settings, being_id, report, actors, run_id, now)
+    return report
+
+
+def _actors(marks: list[Mark]) -> dict[str, str]:
+    """Who decided, per op: the actor of the latest mark of that op."""
+    out: dict[str, str] = {}
+    for mark in marks:
+        out[mark.op] = mark.actor
+    return out
+
+
+_HISTORY_COLUMNS = "(history_id, ts, memory_ref, being_id, operation, before, after, run_id)"
+# Nodes a tombstone hides: by ref, or formed from a forgotten episode.
+_HIDDEN = "(list_contains($refs, n.node_id) OR list_has_any(n.source_episode_ids, $episodes))"
+_HIDDEN_FACT = "(list_contains($refs, {id}) OR list_has_any(coalesce(source_episode_ids, []), $episodes))"
+
+
+def _forget(
+    con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, run_id: str | None
+) -> None:
+    params = {
+        "being": being_id,
+        "refs": sorted(state.forgotten),
+        "episodes": sorted(state.forgotten_episodes),
+        "now": now,
+    }
+    if not params["refs"] and not params["episodes"]:
+        return
+    archived = con.execute(
+        f"""
+        SELECT n.node_id, n.status FROM nodes n
+        WHERE n.being_id = $being AND n.forgotten_at IS NULL AND {_HIDDEN}
+        """,
+        params,
+    ).fetchall()
+    if archived:
+        refs = [r[0] for r in archived]
+        con.execute(
+            "UPDATE nodes SET status = 'archived', forgotten_at = $now, updated_at = $now "
+            "WHERE list_contains($refs, node_id)",
+            {"refs": refs, "now": now},
+        )
+        con.execute(
+            "UPDATE decay_scores SET score = 0, status = 'archived', forgotten_at = $now "
+            "WHERE list_contains($refs, memory_ref)",
+            {"refs": refs, "now": now},
+        )
+        _history(con, being_id, archived, "forgotten", "archived", now, run_id)
+        report.forgotten += len(archived)
+    for table, key in (("facts", "fact_id"), ("relations", "relation_id")):
+        (n,) = con.execute(
+            f"UPDATE {table} SET forgotten_at = $now WHERE being_id = $being AND forgotten_at IS NULL "
+            f"AND {_HIDDEN_FACT.format(id=key)}",
+            params,
+        ).fetchall()[0]
+        report.facts_forgotten += int(n)
+
+
+def _restore(
+    con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, run_id: str | None
+) -> None:
+    """Memories archived by a tombstone that no mark hides any more go back to their status before."""
+    params = {
+        "being": being_id,
+        "refs": sorted(state.forgotten),
+        "episodes": sorted(state.forgotten_episodes),
+        "now": now,
+    }
+    back = con.execute(
+        f"""
+        SELECT n.node_id, coalesce((
+            SELECT h.before ->> 'status' FROM history h
+            WHERE h.memory_ref = n.node_id AND h.operation = 'forgotten'
+            ORDER BY h.ts DESC LIMIT 1), 'active') AS status
+        FROM nodes n
+        WHERE n.being_id = $being AND n.forgotten_at IS NOT NULL AND NOT {_HIDDEN}
+        """,
+        params,
+    ).fetchall()
+    if back:
+        con.executemany(
+            "UPDATE nodes SET status = ?, forgotten_at = NULL, updated_at = ? WHERE node_id = ?",
+            [[status, now, ref] for ref, status in back],
+        )
+        # The score is recomputed by the next decay run; until then the memory counts as fresh.
+        con.execute(
+            "UPDATE decay_scores SET score = NULL, status = 'active', forgotten_at = NULL "
+            "WHERE list_contains($refs, memory_ref)",
+            {"refs": [r for r, _ in back]},
+        )
+        _history(con, being_id, [(ref, "archived") for ref, _ in back], "restored", None, now, run_id,
+                 after=[status for _, status in back])
+        report.restored += len(back)
+    for table_name, key in (("facts", "fact_id"), ("relations", "relation_id")):
+        (n,) = con.execute(
+            f"UPDATE {table_name} SET forgotten_at = NULL WHERE being_id = $being "
+            f"AND forgotten_at IS NOT NULL AND NOT {_HIDDEN_FACT.format(id=key)}",
+            params,
+        ).fetchall()[0]
+        report.facts_restored += int(n)
+
+
+def _pins(
+    con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, run_id: str | None
+) -> None:
+    for refs, value, operation in ((state.pinned, True, "pinned"), (state.unpinned, False, "unpinned")):
+        if not refs:
+            continue
+        changed = con.execute(
+            "SELECT node_id, status FROM nodes WHERE being_id = $being AND list_contains($refs, node_id) "
+            "AND pinned <> $value",
+            {"being": being_id, "refs": sorted(refs), "value": value},
+        ).fetchall()
+        if not changed:
+            continue
+        ids = [r[0] for r in changed]
+        # A pinned memory never dies: one the patrol let go of comes back at once.
+        con.execute(
+            "UPDATE nodes SET pinned = $value, updated_at = $now, status = CASE "
+            "WHEN $value AND status IN ('dying', 'dead') THEN 'active' ELSE status END "
+            "WHERE list_contains($refs, node_id)",
+            {"value": value, "now": now, "refs": ids},
+        )
+        con.execute(
+            "UPDATE decay_scores SET pinned = $value, status = CASE WHEN $value AND forgotten_at IS NULL "
+            "THEN 'active' ELSE status END WHERE list_contains($refs, memory_ref)",
+            {"value": value, "refs": ids},
+        )
+        con.executemany(
+            f"INSERT INTO history {_HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, "
+            "to_json({'pinned': ?}), to_json({'pinned': ?}), ?)",
+            [[now, ref, being_id, operation, not value, value, run_id] for ref in ids],
+        )
+        if value:
+            report.pinned += len(ids)
+        else:
+            report.unpinned += len(ids)
+
+
+def _history(con, being_id, rows, operation: str, after_status: str | None, now, run_id, after=None) -> None:
+    """One history row per memory: its status before and after."""
+    con.executemany(
+        f"INSERT INTO history {_HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, "
+        "to_json({'status': ?}), to_json({'status': ?}), ?)",
+        [
+            [now, ref, being_id, operation, before, after[i] if after is not None else after_status, run_id]
+            for i, (ref, before) in enumerate(rows)
+        ],
+    )
+
+
+def _audit(con, settings: Settings, being_id: str, report: MarkFoldReport, actors, run_id, now) -> None:
+    """One audit row per kind of change, committed to the workspace with the person's decision."""
+    changes = Counter(
+        {
+            ("ARCHIVE", "forget", f"{report.forgotten} memories and {report.facts_forgotten} facts forgotten"): (
+                report.forgotten + report.facts_forgotten
+            ),
+            ("EDIT", "restore", f"{report.restored} memories and {report.facts_restored} facts restored"): (
+                report.restored + report.facts_restored
+            ),
+            ("EDIT", "pin", f"{report.pinned} memories pinned"): report.pinned,
+            ("EDIT", "unpin", f"{report.unpinned} memories unpinned"): report.unpinned,
+        }
+    )
+    rows = [
+        AuditRow(
+            action,
+            "table:nodes",
+            actors.get(op, "user"),
+            f"{being_id}: {summary}",
+            # A person's decision, or an agent acting on its own (auto).
+            approval="user" if actors.get(op, "user") == "user" else "auto",
+            run_id=run_id,
+            ts=now,
+        )
+        for (action, op, summary), n in changes.items()
+        if n
+    ]
+    commit_table_mutations(con, rows, settings, trigger="mark")
