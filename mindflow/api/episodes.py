@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ class AppendReport:
     ids: list[str]
     heartbeats: int
     path: Path
+    episodes: list = field(default_factory=list)  # the parsed episodes written (mindflow.models.Episode)
 
 
 def api_file_name(now: datetime) -> str:
@@ -89,4 +90,4 @@ def append_episodes(
             append_lines(path, ("\n".join(lines) + "\n").encode("utf-8"))
     except Timeout as exc:
         raise InboxBusy(f"the inbox file {file_name} of {being_id} is busy; retry shortly") from exc
-    return AppendReport(ids=ids, heartbeats=result.heartbeats, path=path)
+    return AppendReport(ids=ids, heartbeats=result.heartbeats, path=path, episodes=list(result.episodes))
