@@ -12,21 +12,20 @@ from typing import Annotated, Any
 
 import anyio
 import numpy as np
-from fastapi import APIRouter, BackgroundTasks, Depends, FastAPI, Path, Query, Request
+from fastapi import APIRouter, BackgroundTasks, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mindflow.api import models
-from mindflow.api.auth import TokenScopes, parse_tokens
+from mindflow.api.auth import Being, TokenScopes, parse_tokens
 from mindflow.api.ebooks import ebooks_router
 from mindflow.api.episodes import InboxBusy, InvalidEpisodes, append_episodes
 from mindflow.api.service import RecallService
 from mindflow.config import Settings, load_settings
 from mindflow.errors import MindflowError
 from mindflow.graph import neighbourhood
-from mindflow.inbox import BEING_ID_PATTERN, validate_being_id
 from mindflow.recall import RecallConfig
 
 log = logging.getLogger(__name__)
@@ -126,38 +125,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-async def authorized_being(
-    request: Request,
-    being_id: Annotated[
-        str,
-        Path(
-            description="A lower-case slug: 1-64 of a-z, 0-9, '-', '_', starting with a letter or digit.",
-            # Declared for clients, checked by validate_being_id after the token: a caller
-            # without a token learns nothing, not even whether an id is well formed.
-            json_schema_extra={"pattern": BEING_ID_PATTERN.pattern, "minLength": 1, "maxLength": 64},
-            openapi_examples={"ada": {"summary": "A being", "value": "ada"}},
-        ),
-    ],
-) -> str:
-    """401 without a known token, 422 for an invalid being id, 403 outside the token's beings.
-
-    Async, though it never waits: a sync dependency costs each request a hop to the threadpool.
-    """
-    scopes: TokenScopes = request.app.state.tokens
-    if scopes.enabled:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        beings = scopes.beings_for(token.strip()) if scheme.lower() == "bearer" else None
-        if beings is None:
-            raise HTTPException(
-                401, "missing or unknown bearer token", headers={"WWW-Authenticate": "Bearer"}
-            )
-        validate_being_id(being_id)
-        if not scopes.allows(beings, being_id):
-            raise HTTPException(403, f"this token does not cover being {being_id!r}")
-    return validate_being_id(being_id)
-
-
-Being = Annotated[str, Depends(authorized_being)]
 
 
 def create_app(

@@ -6,9 +6,13 @@ import hmac
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+from starlette.exceptions import HTTPException
 
 from mindflow.errors import MindflowError
-from mindflow.inbox import validate_being_id
+from mindflow.inbox import BEING_ID_PATTERN, validate_being_id
 
 ALL_BEINGS = "*"
 _EXAMPLE = "MINDFLOW_API_TOKENS='tokA=ada,bram;tokB=*'"
@@ -97,3 +101,37 @@ def check_bind(host: str, tokens: TokenScopes) -> None:
     """Refuse to expose memories beyond this machine without a token."""
     if not tokens.enabled and not is_loopback(host):
         raise MindflowError(f"refusing to bind {host} without API tokens: set {_EXAMPLE} or bind 127.0.0.1")
+
+
+async def authorized_being(
+    request: Request,
+    being_id: Annotated[
+        str,
+        Path(
+            description="A lower-case slug: 1-64 of a-z, 0-9, '-', '_', starting with a letter or digit.",
+            # Declared for clients, checked by validate_being_id after the token: a caller
+            # without a token learns nothing, not even whether an id is well formed.
+            json_schema_extra={"pattern": BEING_ID_PATTERN.pattern, "minLength": 1, "maxLength": 64},
+            openapi_examples={"ada": {"summary": "A being", "value": "ada"}},
+        ),
+    ],
+) -> str:
+    """401 without a known token, 422 for an invalid being id, 403 outside the token's beings.
+
+    Async, though it never waits: a sync dependency costs each request a hop to the threadpool.
+    """
+    scopes: TokenScopes = request.app.state.tokens
+    if scopes.enabled:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        beings = scopes.beings_for(token.strip()) if scheme.lower() == "bearer" else None
+        if beings is None:
+            raise HTTPException(
+                401, "missing or unknown bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
+        validate_being_id(being_id)
+        if not scopes.allows(beings, being_id):
+            raise HTTPException(403, f"this token does not cover being {being_id!r}")
+    return validate_being_id(being_id)
+
+
+Being = Annotated[str, Depends(authorized_being)]
