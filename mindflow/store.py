@@ -329,6 +329,43 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE relations ADD COLUMN IF NOT EXISTS forgotten_at TIMESTAMP",
         ],
     ),
+    (
+        7,
+        "memory history: actor, formed rows, published history",
+        [
+            # Who made the change: patrol, decay, recall (reinforcement), extraction, user or agent.
+            # Writers name their columns (INSERT INTO history (...) ...): a positional insert
+            # of the eight earlier columns fails from here on.
+            "ALTER TABLE history ADD COLUMN IF NOT EXISTS actor VARCHAR",
+            """
+            UPDATE history SET actor = CASE
+                WHEN operation IN ('dying', 'revived', 'dead', 'merged', 'absorbed', 'moved') THEN 'patrol'
+                WHEN operation = 'superseded' THEN 'extraction'
+                WHEN operation = 'reinforced' THEN 'recall'
+                WHEN operation = 'decay_status' THEN 'decay'
+                ELSE 'user' END
+            WHERE actor IS NULL
+            """,
+            # Memories formed before history had a `formed` row get one, at their creation.
+            """
+            INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)
+            SELECT 'h-' || uuid()::VARCHAR, n.created_at, n.node_id, n.being_id, 'formed', NULL,
+                   to_json({'status': 'active', 'cluster_id': n.cluster_id, 'importance': n.importance}),
+                   NULL, 'patrol'
+            FROM nodes n
+            WHERE NOT EXISTS (SELECT 1 FROM history h WHERE h.memory_ref = n.node_id AND h.operation = 'formed')
+            """,
+            # The history rows already in LanceDB `memory_history`; deleting a row here makes the
+            # next publish write it again (after a rewrite of the row).
+            """
+            CREATE TABLE IF NOT EXISTS published_history (
+                history_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                published_at TIMESTAMP NOT NULL
+            )
+            """,
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
