@@ -22,9 +22,10 @@ from mindflow.api import models
 from mindflow.api.auth import Being, TokenScopes, parse_tokens
 from mindflow.api.ebooks import ebooks_router
 from mindflow.api.episodes import InboxBusy, InvalidEpisodes, append_episodes
+from mindflow.api.loop import loop_router, trigger_proposals
 from mindflow.api.service import RecallService
 from mindflow.config import Settings, load_settings
-from mindflow.errors import MindflowError
+from mindflow.errors import Conflict, MindflowError, NotFound
 from mindflow.graph import neighbourhood
 from mindflow.recall import RecallConfig
 
@@ -178,6 +179,14 @@ def create_app(
     async def invalid_episodes(request: Request, exc: InvalidEpisodes) -> JSONResponse:
         return _error(422, str(exc), exc.problems)
 
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
+        return _error(404, str(exc))
+
+    @app.exception_handler(Conflict)
+    async def conflict(request: Request, exc: Conflict) -> JSONResponse:
+        return _error(409, str(exc))
+
     @app.exception_handler(MindflowError)
     async def user_error(request: Request, exc: MindflowError) -> JSONResponse:
         return _error(422, str(exc))
@@ -242,6 +251,13 @@ def create_app(
         """Facts and relations around an entity, up to two hops; empty until facts exist."""
 
         found = neighbourhood(settings.lance_path, being_id, entity, depth)
+        marks = service.marks.state(being_id)
+
+        def kept(rows: list, key: str) -> list:
+            return [r for r in rows if not marks.hides(r[key], list(r.get("source_episode_ids") or []))]
+
+        found["facts"] = kept(found.get("facts", []), "fact_id")
+        found["relations"] = kept(found.get("relations", []), "relation_id")
         return models.FactsResponse(
             being_id=being_id,
             entity=found.get("entity") or entity,
@@ -285,11 +301,17 @@ def create_app(
             raise MindflowError(f"{len(body.episodes):,} episodes in one request; the limit is {limit:,}")
         records = [e.model_dump(exclude_none=True) for e in body.episodes]
         report = append_episodes(settings.inbox, being_id, records, max_chars=settings.max_episode_chars)
+        proposals = trigger_proposals(service, being_id, report.episodes)
         return models.EpisodesResponse(
-            being_id=being_id, ids=report.ids, heartbeats=report.heartbeats, file=report.path.name
+            being_id=being_id,
+            ids=report.ids,
+            heartbeats=report.heartbeats,
+            file=report.path.name,
+            forget_proposals=proposals,
         )
 
     app.include_router(v1)
+    app.include_router(loop_router(errors(*BODY, 401, 403, 422)))
     app.include_router(ebooks_router(errors(*BODY, 401, 422)))
 
     model = _model_name(settings.embedding_model)

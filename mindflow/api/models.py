@@ -239,6 +239,11 @@ class EpisodesResponse(BaseModel):
     ids: list[str] = Field(description="The stored episode ids, in request order (heartbeats left out).")
     heartbeats: int = Field(description="Heartbeat or probe messages: written, counted, never episodes.")
     file: str = Field(description="The inbox file the episodes were appended to.")
+    forget_proposals: list[str] = Field(
+        default=[],
+        description="Pending forget proposals opened by a forget instruction among the episodes "
+        '("forget about ...", "scratch that"); applied only when confirmed through `forget`.',
+    )
 
 
 class Health(BaseModel):
@@ -255,3 +260,95 @@ class Ready(BaseModel):
 class ErrorResponse(BaseModel):
     error: str
     details: list[Any] | None = None
+
+
+# ---- the agent's loop: forget, restore, pin, proposals ------------------------------------
+
+
+class ForgetRequest(_Request):
+    """Find (query and/or refs, no confirm), then confirm (proposal_id, refs, confirm: true) or
+    reject (proposal_id, confirm: false)."""
+
+    query: str | None = Field(
+        default=None, min_length=1, max_length=4_000, description="What to forget, in plain words."
+    )
+    refs: list[Ref] | None = Field(
+        default=None,
+        max_length=500,
+        description="Without proposal_id: memories or facts to forget. With it: the candidates to confirm "
+        "(all of them when left out).",
+    )
+    proposal_id: Ref | None = Field(default=None, description="The proposal a find returned.")
+    confirm: bool | None = Field(
+        default=None, description="true applies the proposal, false rejects it; left out: find only."
+    )
+    permanent: bool = Field(
+        default=False,
+        description="With confirm: delete everywhere, for good (the `forget` job), instead of archiving.",
+    )
+
+    @model_validator(mode="after")
+    def _one_step(self) -> Self:
+        if self.proposal_id is None:
+            if self.confirm is not None:
+                raise ValueError("confirm needs the proposal_id a find returned; find first (query or refs)")
+            if self.query is None and not self.refs:
+                raise ValueError("say what to forget: query, refs, or both")
+        else:
+            if self.confirm is None:
+                raise ValueError("with proposal_id, say confirm: true (apply) or confirm: false (reject)")
+            if self.query is not None:
+                raise ValueError("a confirm names refs of the proposal, not a query")
+        return self
+
+
+class ForgetCandidate(BaseModel):
+    ref: str = Field(
+        description="A memory ref, a fact or relation id, `MEMORY.md:<line>` or `STORY.md:<chapter>`."
+    )
+    store: Literal["memory", "fresh", "fact", "relation", "memory_md", "story"]
+    text: str
+    status: str | None = None
+    source_episode_ids: list[str] = []
+    score: float | None = None
+
+
+class ForgetResponse(BaseModel):
+    being_id: str
+    proposal_id: str
+    status: Literal["pending", "approved", "rejected", "deferred"]
+    candidates: list[ForgetCandidate] = Field(description="What the forget reaches; shown before a confirm.")
+    forgotten: list[str] = Field(default=[], description="The refs confirmed (hidden from now on).")
+    permanent: bool = False
+
+
+class PinResponse(BaseModel):
+    being_id: str
+    ref: str
+    pinned: bool
+
+
+class RestoreResponse(BaseModel):
+    being_id: str
+    ref: str
+    restored: bool
+
+
+class ProposalOut(BaseModel):
+    proposal_id: str
+    being_id: str
+    kind: str
+    status: Literal["pending", "approved", "rejected", "deferred"]
+    payload: dict[str, Any]
+    created_at: UtcOut
+    created_by: str
+    decided_by: str | None = None
+    decided_at: UtcOut | None = None
+    applied_at: UtcOut | None = Field(
+        default=None, description="When a run carried it out (permanent forgets)."
+    )
+
+
+class ProposalsResponse(BaseModel):
+    being_id: str
+    proposals: list[ProposalOut]

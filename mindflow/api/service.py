@@ -19,6 +19,7 @@ from mindflow.api import models, resonance
 from mindflow.config import Settings
 from mindflow.embeddings import Embedder
 from mindflow.errors import MindflowError
+from mindflow.loop.marks import MarkCache, visible, with_pins
 from mindflow.memories import TABLE
 from mindflow.models import utcnow
 from mindflow.recall import (
@@ -118,6 +119,8 @@ class RecallService:
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
         self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows)
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
+        # Tombstones and pins of every process, applied to each answer (one stat per request).
+        self.marks = MarkCache(settings.loop)
         self._served = threading.local()
         self.model_ready = False
 
@@ -162,12 +165,15 @@ class RecallService:
         self, being_id: str, request: models.RecallRequest | models.ResonanceRequest, k: int, now: datetime
     ) -> list[Memory]:
         query = self.check_query(request.query)
-        exclude = list(dict.fromkeys([*request.exclude_refs, *self.echo.shown(being_id, request.session)]))
+        marks = self.marks.state(being_id)
+        # Forgotten refs are excluded in the query, so k is still filled with what may be shown.
+        shown = self.echo.shown(being_id, request.session)
+        exclude = list(dict.fromkeys([*request.exclude_refs, *shown, *marks.forgotten]))
         table, version = self.latest.get()
         index = self.hot.get(table, being_id, version)
         # Which path answered, for the X-Mindflow-Recall header (the endpoint runs in this thread).
         self._served.source = "hot" if index is not None else "lance"
-        return recall(
+        found = recall(
             table,
             being_id,
             query,
@@ -180,6 +186,12 @@ class RecallService:
             now=now,
             index=index,
         )
+        return self.apply_marks(being_id, found)
+
+    def apply_marks(self, being_id: str, memories: list[Memory]) -> list[Memory]:
+        """What the being's marks leave of `memories`: no forgotten one, pins as last set."""
+        marks = self.marks.state(being_id)
+        return with_pins(marks, visible(marks, memories))
 
     def served_from(self) -> str:
         """`hot` or `lance`: where this thread's last recall read its candidates."""
@@ -227,7 +239,10 @@ class RecallService:
         self, being_id: str, request: models.SearchRequest, defer: Defer | None = None
     ) -> models.SearchResponse:
         query = self.check_query(request.query)
-        memories = search_memory(self._table(), being_id, query, mode=request.mode, k=request.k)
+        hidden = len(self.marks.state(being_id).forgotten)
+        more = min(hidden, 50)
+        found = search_memory(self._table(), being_id, query, mode=request.mode, k=request.k + more)
+        memories = self.apply_marks(being_id, found)[: request.k]
         self._reinforce(being_id, "search_memory", memories, defer)
         return models.SearchResponse(
             being_id=being_id, mode=request.mode, memories=[memory_out(m) for m in memories]
@@ -236,7 +251,9 @@ class RecallService:
     def cluster(
         self, being_id: str, cluster_id: str, k: int, defer: Defer | None = None
     ) -> models.ClusterResponse:
-        memories = cluster_memories(self._table(), being_id, cluster_id, k=k)
+        hidden = len(self.marks.state(being_id).forgotten)
+        found = cluster_memories(self._table(), being_id, cluster_id, k=k + hidden)
+        memories = self.apply_marks(being_id, found)[:k]
         self._reinforce(being_id, "recall_memory", memories, defer)
         return models.ClusterResponse(
             being_id=being_id, cluster_id=cluster_id, memories=[memory_out(m) for m in memories]

@@ -1,1 +1,1 @@
-"""The agent's loop: marks (tombstones and pins), proposals, folding them into runs, forget, the fresh tail."""
+"""The agent's loop: marks (tombstones and pins), proposals, folding them into runs, forget."""

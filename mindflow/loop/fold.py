@@ -55,7 +55,8 @@ def fold_marks(
         return report
     state = state_of(marks)
     folded = {
-        r[0] for r in con.execute("SELECT mark_id FROM folded_marks WHERE being_id = ?", [being_id]).fetchall()
+        r[0]
+        for r in con.execute("SELECT mark_id FROM folded_marks WHERE being_id = ?", [being_id]).fetchall()
     }
     new = [m for m in marks if m.mark_id not in folded]
     report.marks = len(new)
@@ -93,6 +94,12 @@ _HIDDEN = "(list_contains($refs, n.node_id) OR list_has_any(n.source_episode_ids
 _HIDDEN_FACT = "(list_contains($refs, {id}) OR list_has_any(coalesce(source_episode_ids, []), $episodes))"
 
 
+def _used(params: dict, *sql: str) -> dict:
+    """The named parameters the statements name (DuckDB refuses unused ones)."""
+    text = " ".join(sql)
+    return {k: v for k, v in params.items() if f"${k}" in text}
+
+
 def _forget(
     con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, run_id: str | None
 ) -> None:
@@ -109,7 +116,7 @@ def _forget(
         SELECT n.node_id, n.status FROM nodes n
         WHERE n.being_id = $being AND n.forgotten_at IS NULL AND {_HIDDEN}
         """,
-        params,
+        _used(params, _HIDDEN, "$being"),
     ).fetchall()
     if archived:
         refs = [r[0] for r in archived]
@@ -153,7 +160,7 @@ def _restore(
         FROM nodes n
         WHERE n.being_id = $being AND n.forgotten_at IS NOT NULL AND NOT {_HIDDEN}
         """,
-        params,
+        _used(params, _HIDDEN, "$being"),
     ).fetchall()
     if back:
         con.executemany(
@@ -166,14 +173,22 @@ def _restore(
             "WHERE list_contains($refs, memory_ref)",
             {"refs": [r for r, _ in back]},
         )
-        _history(con, being_id, [(ref, "archived") for ref, _ in back], "restored", None, now, run_id,
-                 after=[status for _, status in back])
+        _history(
+            con,
+            being_id,
+            [(ref, "archived") for ref, _ in back],
+            "restored",
+            None,
+            now,
+            run_id,
+            after=[status for _, status in back],
+        )
         report.restored += len(back)
     for table_name, key in (("facts", "fact_id"), ("relations", "relation_id")):
         (n,) = con.execute(
             f"UPDATE {table_name} SET forgotten_at = NULL WHERE being_id = $being "
             f"AND forgotten_at IS NOT NULL AND NOT {_HIDDEN_FACT.format(id=key)}",
-            params,
+            _used(params, _HIDDEN_FACT, "$being"),
         ).fetchall()[0]
         report.facts_restored += int(n)
 
@@ -231,9 +246,11 @@ def _audit(con, settings: Settings, being_id: str, report: MarkFoldReport, actor
     """One audit row per kind of change, committed to the workspace with the person's decision."""
     changes = Counter(
         {
-            ("ARCHIVE", "forget", f"{report.forgotten} memories and {report.facts_forgotten} facts forgotten"): (
-                report.forgotten + report.facts_forgotten
-            ),
+            (
+                "ARCHIVE",
+                "forget",
+                f"{report.forgotten} memories and {report.facts_forgotten} facts forgotten",
+            ): (report.forgotten + report.facts_forgotten),
             ("EDIT", "restore", f"{report.restored} memories and {report.facts_restored} facts restored"): (
                 report.restored + report.facts_restored
             ),

@@ -1,0 +1,299 @@
+"""Forget (find, then confirm), restore and pin over real HTTP, and what the next runs make of them.
+
+A real uvicorn server on 127.0.0.1 over a real pipeline (DuckDB, LanceDB, the model); a second
+app on the same MINDFLOW_HOME stands for another server process: it shares only the files.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+
+import httpx
+import pytest
+
+from mindflow import lance, store
+from mindflow.api import create_app
+from mindflow.api.server import BackgroundServer
+from mindflow.config import Settings
+from mindflow.core_memory import build_core_memory
+from mindflow.decay import run_decay
+from mindflow.graph import publish_graph
+from mindflow.inbox import ingest
+from mindflow.loop.fold import fold_marks
+from mindflow.loop.marks import read_marks
+from mindflow.loop.proposals import ProposalStore
+from mindflow.memories import publish
+from mindflow.patrol import run_patrol
+from mindflow.recall import RecallConfig
+
+NOW = datetime(2026, 3, 1, 6, 0)
+TOKEN = "token-for-the-loop"
+ADA = [
+    ("a01", "2026-01-05T09:00:00Z", "Lena's sister Maja had knee surgery at the Vienna clinic.", "event"),
+    ("a02", "2026-01-12T09:00:00Z", "Lena adopted a grey cat called Pixel from the shelter.", "event"),
+    ("a03", "2026-01-20T09:00:00Z", "Lena decided to learn the cello this spring.", "decision"),
+    ("a04", "2026-02-02T09:00:00Z", "Lena's favourite tea is smoked lapsang souchong.", "preference"),
+]
+BRAM = [("b01", "2026-01-10T07:00:00Z", "Tomas keeps his bicycle in the cellar.", "fact")]
+
+
+def _write(settings: Settings, being: str, rows) -> None:
+    path = settings.inbox / being / "episodes.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"id": i, "ts": ts, "speaker": "Lena", "text": t, "kind": k}) for i, ts, t, k in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _publish(settings: Settings) -> None:
+    with store.connect(settings.duckdb_path) as con:
+        publish(con, lance.connect(settings.lance_path), now=NOW)
+        publish_graph(con, lance.connect(settings.lance_path), now=NOW)
+
+
+def _fold(settings: Settings, being: str = "ada"):
+    with store.connect(settings.duckdb_path) as con:
+        report = fold_marks(con, settings, being, NOW, run_id="test-run")
+        publish(con, lance.connect(settings.lance_path), now=NOW)
+        publish_graph(con, lance.connect(settings.lance_path), now=NOW)
+    return report
+
+
+@pytest.fixture
+def world(tmp_path, embedder, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("MINDFLOW_HOME", str(home))
+    settings = Settings(home=home, _env_file=None)
+    _write(settings, "ada", ADA)
+    _write(settings, "bram", BRAM)
+    with store.connect(settings.duckdb_path) as con:
+        ingest(con, settings.inbox, date(2026, 1, 1), date(2026, 12, 31))
+        for being in ("ada", "bram"):
+            run_patrol(con, being, embedder, now=NOW)
+        # A fact drawn from the surgery episode, as extraction with a model would store it.
+        con.execute(
+            "INSERT INTO facts (fact_id, being_id, entity, key, value, category, source_episode_ids, "
+            "valid_at, created_at) VALUES ('f-surgery', 'ada', 'Maja', 'surgery', 'knee, Vienna clinic', "
+            "'health', ['a01'], ?, ?)",
+            [NOW, NOW],
+        )
+    _publish(settings)
+    table = lance.connect(settings.lance_path).open_table("memories")
+    rows = table.search().select(["memory_ref", "source_episode_ids"]).limit(None).to_arrow().to_pylist()
+    refs = {r["source_episode_ids"][0]: r["memory_ref"] for r in rows}
+    config = RecallConfig.for_model(settings.embedding_model, min_similarity=0.1)
+    apps = [create_app(settings, recall_config=config, tokens={TOKEN: "*"}) for _ in range(2)]
+    with BackgroundServer(apps[0]) as one, BackgroundServer(apps[1]) as two:
+        clients = [
+            httpx.Client(base_url=s.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+            for s in (one, two)
+        ]
+        yield settings, refs, clients
+        for c in clients:
+            c.close()
+
+
+def _recalled(client, query: str, being: str = "ada") -> list[str]:
+    response = client.post(f"/v1/beings/{being}/recall", json={"query": query, "k": 10})
+    assert response.status_code == 200, response.text
+    return [m["memory_ref"] for m in response.json()["memories"]]
+
+
+def _searched(client, query: str) -> list[str]:
+    response = client.post("/v1/beings/ada/search_memory", json={"query": query, "k": 10})
+    assert response.status_code == 200, response.text
+    return [m["memory_ref"] for m in response.json()["memories"]]
+
+
+def test_forget_finds_then_confirms_and_every_server_obeys_at_once(world):
+    settings, refs, (one, two) = world
+    surgery = refs["a01"]
+    assert surgery in _recalled(one, "Maja knee surgery")
+
+    found = one.post("/v1/beings/ada/forget", json={"query": "Maja's knee surgery"})
+    assert found.status_code == 200, found.text
+    body = found.json()
+    assert body["status"] == "pending" and body["forgotten"] == []
+    stores = {c["ref"]: c["store"] for c in body["candidates"]}
+    assert stores[surgery] == "memory"
+    assert stores["f-surgery"] == "fact"
+    assert refs["a02"] not in stores  # the cat has nothing to do with it
+    # Finding changes nothing.
+    assert surgery in _recalled(two, "Maja knee surgery")
+    assert read_marks(settings.loop, "ada") == []
+
+    confirmed = one.post(
+        "/v1/beings/ada/forget",
+        json={"proposal_id": body["proposal_id"], "refs": [surgery, "f-surgery"], "confirm": True},
+    )
+    assert confirmed.status_code == 200, confirmed.text
+    assert confirmed.json()["status"] == "approved"
+    assert sorted(confirmed.json()["forgotten"]) == sorted([surgery, "f-surgery"])
+    for client in (one, two):  # the other server shares only the files
+        assert surgery not in _recalled(client, "Maja knee surgery")
+        assert surgery not in _searched(client, "surgery")
+        resonance = client.post("/v1/beings/ada/resonance", json={"query": "Maja knee surgery"}).json()
+        assert surgery not in [i["memory"]["memory_ref"] for i in resonance["items"]]
+        facts = client.get("/v1/beings/ada/facts", params={"entity": "Maja"}).json()
+        assert "f-surgery" not in [f["fact_id"] for f in facts["facts"]]
+    assert refs["a02"] in _recalled(two, "grey cat from the shelter")
+
+    # A confirm of a proposal already applied: 409, nothing changes.
+    again = one.post("/v1/beings/ada/forget", json={"proposal_id": body["proposal_id"], "confirm": True})
+    assert again.status_code == 409, again.text
+    assert len(read_marks(settings.loop, "ada")) == 1
+
+
+def test_a_run_that_started_before_the_forget_does_not_bring_it_back(world):
+    settings, refs, (one, two) = world
+    surgery = refs["a01"]
+    proposal = one.post("/v1/beings/ada/forget", json={"refs": [surgery]}).json()
+    one.post("/v1/beings/ada/forget", json={"proposal_id": proposal["proposal_id"], "confirm": True})
+    # A publish by a run that read DuckDB before the forget puts the memory back in LanceDB...
+    _publish(settings)
+    assert surgery not in _recalled(two, "Maja knee surgery")
+    # ...and the next runs fold the tombstone in: archived for good, decay keeps it at 0.
+    report = _fold(settings)
+    assert report.forgotten == 1 and report.facts_forgotten == 1  # the fact drawn from its episode
+    with store.connect(settings.duckdb_path) as con:
+        run_decay(con, datetime(2026, 3, 2))
+        status, forgotten = con.execute(
+            "SELECT status, forgotten_at IS NOT NULL FROM nodes WHERE node_id = ?", [surgery]
+        ).fetchone()
+        decay = con.execute(
+            "SELECT score, status FROM decay_scores WHERE memory_ref = ?", [surgery]
+        ).fetchone()
+        history = con.execute(
+            "SELECT operation, before ->> 'status', after ->> 'status', run_id FROM history "
+            "WHERE memory_ref = ? AND operation = 'forgotten'",
+            [surgery],
+        ).fetchall()
+        audit = con.execute(
+            "SELECT action, actor, approval FROM audit_log WHERE summary LIKE 'ada: 1 memories%forgotten'"
+        ).fetchall()
+        text = build_core_memory(con, settings, "ada")
+    assert (status, forgotten) == ("archived", True)
+    assert decay == (0.0, "archived")
+    assert history == [("forgotten", "active", "archived", "test-run")]
+    assert audit == [("ARCHIVE", "user", "user")]
+    memory_md = (settings.workspace / "ada" / "MEMORY.md").read_text()
+    assert "surgery" not in memory_md and text.tokens > 0
+    assert "Critical Facts" in memory_md
+    log = (settings.workspace / "meta" / "audit.log").read_text()
+    assert "| ARCHIVE | table:nodes | user | user | ada: 1 memories and 1 facts forgotten" in log
+    assert _fold(settings).changed == 0  # idempotent
+
+
+def test_restore_undoes_a_soft_forget(world):
+    settings, refs, (one, two) = world
+    cat = refs["a02"]
+
+    def forget_cat() -> None:
+        proposal = one.post("/v1/beings/ada/forget", json={"query": "grey cat Pixel"}).json()
+        assert cat in [c["ref"] for c in proposal["candidates"]]
+        body = {"proposal_id": proposal["proposal_id"], "refs": [cat], "confirm": True}
+        assert one.post("/v1/beings/ada/forget", json=body).status_code == 200
+        assert cat not in _recalled(two, "grey cat from the shelter")
+
+    # Restored before any run archived it: back at once, on every server.
+    forget_cat()
+    assert two.post(f"/v1/beings/ada/memories/{cat}/restore").status_code == 200
+    assert cat in _recalled(one, "grey cat from the shelter")
+    # Restored after a run archived it: back with the next run, in its status before.
+    forget_cat()
+    assert _fold(settings).forgotten == 1
+    assert two.post(f"/v1/beings/ada/memories/{cat}/restore").status_code == 200
+    assert _fold(settings).restored == 1
+    assert cat in _recalled(one, "grey cat from the shelter")
+    with store.connect(settings.duckdb_path) as con:
+        assert con.execute("SELECT status FROM nodes WHERE node_id = ?", [cat]).fetchone() == ("active",)
+        operations = [
+            r[0]
+            for r in con.execute(
+                "SELECT operation FROM history WHERE memory_ref = ? AND operation IN ('forgotten', 'restored') "
+                "ORDER BY ts, operation DESC",
+                [cat],
+            ).fetchall()
+        ]
+    assert sorted(operations) == ["forgotten", "restored"]
+    # Nothing to restore any more.
+    assert two.post(f"/v1/beings/ada/memories/{cat}/restore").status_code == 404
+
+
+def test_pin_is_visible_at_once_and_the_runs_keep_it_alive(world):
+    settings, refs, (one, two) = world
+    tea = refs["a04"]
+    pinned = one.post(f"/v1/beings/ada/memories/{tea}/pin")
+    assert pinned.status_code == 200, pinned.text
+    assert pinned.json() == {"being_id": "ada", "ref": tea, "pinned": True}
+    memories = two.post("/v1/beings/ada/recall", json={"query": "favourite smoked tea"}).json()["memories"]
+    assert {m["memory_ref"]: m["pinned"] for m in memories}[tea] is True
+
+    assert _fold(settings).pinned == 1
+    with store.connect(settings.duckdb_path) as con:
+        # Importance so low that the patrol would let it die at once, were it not pinned.
+        con.execute("UPDATE nodes SET importance = 0.01, session_count = 300 WHERE being_id = 'ada'")
+        from mindflow.patrol import PatrolParams, step_dying
+
+        step_dying(con, "ada", PatrolParams(), NOW)
+        statuses = dict(con.execute("SELECT node_id, status FROM nodes WHERE being_id = 'ada'").fetchall())
+        run_decay(con, datetime(2027, 6, 1))  # more than a year later
+        decay = con.execute("SELECT status, pinned FROM decay_scores WHERE memory_ref = ?", [tea]).fetchone()
+        build_core_memory(con, settings, "ada")
+    assert statuses[tea] == "active" and statuses[refs["a02"]] == "dying"
+    assert decay == ("active", True)
+    critical = (settings.workspace / "ada" / "MEMORY.md").read_text().split("## Critical Facts")[1]
+    assert "lapsang souchong" in critical
+
+    assert one.post(f"/v1/beings/ada/memories/{tea}/unpin").json()["pinned"] is False
+    assert _fold(settings).unpinned == 1
+
+
+def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
+    settings, refs, (one, _) = world
+    bicycle = refs["b01"]
+    unknown = one.post("/v1/beings/ada/forget", json={"refs": ["n-doesnotexist"]})
+    other = one.post("/v1/beings/ada/forget", json={"refs": [bicycle]})
+    assert unknown.status_code == other.status_code == 404
+    assert other.json()["error"].replace(bicycle, "X") == unknown.json()["error"].replace(
+        "n-doesnotexist", "X"
+    )
+    for path in (f"/v1/beings/ada/memories/{bicycle}/pin", f"/v1/beings/ada/memories/{bicycle}/restore"):
+        assert one.post(path).status_code == 404
+    proposal = one.post("/v1/beings/bram/forget", json={"refs": [bicycle]}).json()["proposal_id"]
+    stolen = one.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "confirm": True})
+    assert stolen.status_code == 404
+    assert read_marks(settings.loop, "ada") == [] and read_marks(settings.loop, "bram") == []
+    rejected = one.post("/v1/beings/bram/forget", json={"proposal_id": proposal, "confirm": False})
+    assert rejected.json()["status"] == "rejected"
+    late = one.post("/v1/beings/bram/forget", json={"proposal_id": proposal, "confirm": True})
+    assert late.status_code == 409
+    assert bicycle in _recalled(one, "bicycle in the cellar", being="bram")
+    bad = one.post("/v1/beings/ada/forget", json={"confirm": True, "refs": [refs["a01"]]})
+    assert bad.status_code == 422
+
+
+def test_a_forget_instruction_in_the_conversation_opens_a_pending_proposal(world):
+    settings, refs, (one, _) = world
+    said = one.post(
+        "/v1/beings/ada/episodes",
+        json={
+            "episodes": [
+                {
+                    "ts": "2026-03-01T10:00:00Z",
+                    "speaker": "Lena",
+                    "text": "Please forget about Maja's knee surgery.",
+                }
+            ]
+        },
+    )
+    assert said.status_code == 200, said.text
+    (proposal_id,) = said.json()["forget_proposals"]
+    proposal = ProposalStore(settings.proposals).get("ada", proposal_id)
+    assert proposal.status == "pending" and proposal.created_by == "user"
+    assert refs["a01"] in [c["ref"] for c in proposal.payload["candidates"]]
+    # Never applied without a confirm.
+    assert read_marks(settings.loop, "ada") == []
+    assert refs["a01"] in _recalled(one, "Maja knee surgery")
+    listed = one.get("/v1/beings/ada/proposals", params={"status": "pending"}).json()["proposals"]
+    assert [p["proposal_id"] for p in listed] == [proposal_id]
