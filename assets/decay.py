@@ -34,7 +34,7 @@ def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> d
     upper = params.cap * max(TYPE_WEIGHTS.values())
     with duckdb.connect() as con:
         integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
-        report = run_decay(con, as_of, params)
+        report = run_decay(con, as_of, params, run_id=context.run_id)
         log_decay_transitions(con, duckdb.settings(), report.transitions, run_id=context.run_id)
         out_of_range, histogram = con.execute(
             "SELECT count(*) FILTER (WHERE score < 0 OR score > ?), "

@@ -114,14 +114,21 @@ def update_scores(con: duckdb.DuckDBPyConnection, as_of: datetime, params: Decay
     return int(rows[0][0]) if rows else 0
 
 
-def update_statuses(con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams) -> None:
-    """The statuses that follow from the scores, writing only those that change."""
+def update_statuses(
+    con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams, run_id: str | None = None
+) -> None:
+    """The statuses that follow from the scores, writing only those that change (each with a
+    `decay_status` history row, dated `as_of`)."""
     status = status_sql(params, "score")
+    changing = f"created_at <= $as_of AND forgotten_at IS NULL AND status <> {status}"
     con.execute(
-        f"UPDATE decay_scores SET status = {status} "
-        f"WHERE created_at <= $as_of AND forgotten_at IS NULL AND status <> {status}",
-        {"as_of": as_of},
-    ).fetchall()
+        "INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor) "
+        "SELECT 'h-' || uuid()::VARCHAR, $as_of, memory_ref, being_id, 'decay_status', "
+        f"to_json({{'decay_status': status}}), to_json({{'decay_status': {status}}}), $run_id, 'decay' "
+        f"FROM decay_scores WHERE {changing}",
+        {"as_of": as_of, "run_id": run_id},
+    )
+    con.execute(f"UPDATE decay_scores SET status = {status} WHERE {changing}", {"as_of": as_of}).fetchall()
 
 
 def compute_scores(
@@ -168,9 +175,14 @@ def _status_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 def run_decay(
-    con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams | None = None
+    con: duckdb.DuckDBPyConnection,
+    as_of: datetime,
+    params: DecayParams | None = None,
+    run_id: str | None = None,
 ) -> DecayReport:
-    """Register new memories, rescore all; report status counts and their net change."""
+    """Register new memories, rescore all; report status counts and their net change.
+
+    Each status change is a `decay_status` history row of the memory, with `run_id`."""
     params = params or DecayParams()
     report = DecayReport()
     before = _status_counts(con)
@@ -179,7 +191,7 @@ def run_decay(
     report.scored = update_scores(con, as_of, params)
     # Read between the two statements: the new scores beside the statuses they replace.
     report.transitions = _transitions(con, as_of, params, new_refs)
-    update_statuses(con, as_of, params)
+    update_statuses(con, as_of, params, run_id)
     # New rows enter as 'active' before scoring, so they count as arriving there; the
     # counts after follow from the transitions without another scan.
     before["active"] += report.registered

@@ -238,6 +238,20 @@ def _fold(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> FoldR
         """,
         [now, being_id],
     )
+    # One history row per memory and fold, with what the recalls added; the run id is stamped by the run.
+    con.execute(
+        """
+        INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)
+        SELECT 'h-' || uuid()::VARCHAR, ?, n.node_id, n.being_id, 'reinforced',
+               to_json({'reactivation_count': n.reactivation_count - r.increment}),
+               to_json({'reactivation_count': n.reactivation_count, 'increment': r.increment,
+                        'recalls': r.events}),
+               NULL, 'recall'
+        FROM fold_refs r JOIN nodes n ON n.node_id = r.memory_ref AND n.being_id = ?
+        WHERE r.known
+        """,
+        [now, being_id],
+    )
     con.execute(
         """
         UPDATE decay_scores SET access_count = decay_scores.access_count + r.events,

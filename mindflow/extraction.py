@@ -445,8 +445,10 @@ def _write_graph(con, being_id, now, new_aliases, rows, closed, history, relatio
         })  # fmt: skip
         with store.registered(con, "superseded", table):
             con.execute(
-                "INSERT INTO history SELECT 'h-' || uuid()::VARCHAR, ?, fact_id, ?, 'superseded', "
-                "to_json({'value': old}), to_json({'value': new, 'fact_id': new_id}), NULL FROM superseded",
+                "INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, "
+                "run_id, actor) SELECT 'h-' || uuid()::VARCHAR, ?, fact_id, ?, 'superseded', "
+                "to_json({'value': old}), to_json({'value': new, 'fact_id': new_id}), NULL, 'extraction' "
+                "FROM superseded",
                 [now, being_id],
             )
     if rows:

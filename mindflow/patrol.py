@@ -246,6 +246,15 @@ def step_nodes(
             """,
             [now, now],
         )
+        # The nodes this statement created are the ones created at `now` (a conflicting older node
+        # keeps its own time); no content in history, only what a reader filters on.
+        con.execute(
+            f"INSERT INTO history {HISTORY_COLUMNS} "
+            "SELECT 'h-' || uuid()::VARCHAR, ?, n.node_id, n.being_id, 'formed', NULL, "
+            "to_json({'status': n.status, 'cluster_id': n.cluster_id, 'importance': n.importance}), "
+            "NULL, 'patrol' FROM new_nodes x JOIN nodes n ON n.node_id = x.node_id WHERE n.created_at = ?",
+            [now, now],
+        )
     recompute_cluster_vectors(con, being_id, now)
     return StepReport(
         "❶ nodes",
@@ -352,7 +361,7 @@ def step_dying(
         f"AND {_value_sql(params)} <= ? RETURNING node_id",
         [now, being_id, params.dying_value],
     ).fetchall()
-    _history(con, being_id, [r[0] for r in rows], "dying", now)
+    _history(con, being_id, [r[0] for r in rows], "dying", now, before="active")
     return StepReport("❸ dying", {"dying": len(rows)})
 
 
@@ -360,13 +369,18 @@ def step_revive(
     con: duckdb.DuckDBPyConnection, being_id: str, params: PatrolParams, now: datetime
 ) -> StepReport:
     """❺ Dead or dying nodes whose value rose above 0.05 are active again."""
+    revivable = f"being_id = ? AND status IN ('dead', 'dying') AND ({_value_sql(params)} > ? OR pinned)"
+    # Written first, while the nodes still have the status they come back from.
+    con.execute(
+        f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, being_id, "
+        "'revived', to_json({'status': status}), to_json({'status': 'active'}), NULL, 'patrol' "
+        f"FROM nodes WHERE {revivable}",
+        [now, being_id, params.dying_value],
+    )
     rows = con.execute(
-        f"UPDATE nodes SET status = 'active', updated_at = ? "
-        f"WHERE being_id = ? AND status IN ('dead', 'dying') "
-        f"AND ({_value_sql(params)} > ? OR pinned) RETURNING node_id",
+        f"UPDATE nodes SET status = 'active', updated_at = ? WHERE {revivable} RETURNING node_id",
         [now, being_id, params.dying_value],
     ).fetchall()
-    _history(con, being_id, [r[0] for r in rows], "revived", now)
     return StepReport("❺ revival", {"revived": len(rows)})
 
 
@@ -411,6 +425,7 @@ def step_merge_small_clusters(
                 best = int(np.argmax(sims))
                 if sims[best] > params.sibling_threshold:
                     target = siblings[best][0]
+        _moved(con, "cluster_id = ?", [cluster_id], target, now)
         moved = con.execute(
             "UPDATE nodes SET cluster_id = ?, updated_at = ? WHERE cluster_id = ? RETURNING node_id",
             [target, now, cluster_id],
@@ -436,15 +451,36 @@ def step_merge_small_clusters(
     )
 
 
+def _moved(con: duckdb.DuckDBPyConnection, where: str, params: list, target: str, now: datetime) -> None:
+    """A `moved` history row for each node `where` selects that changes cluster (before the move)."""
+    con.execute(
+        f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, being_id, "
+        "'moved', to_json({'cluster_id': cluster_id}), to_json({'cluster_id': ?::VARCHAR}), NULL, 'patrol' "
+        f"FROM nodes WHERE {where} AND cluster_id IS DISTINCT FROM ?",
+        [now, target, *params, target],
+    )
+
+
+# Every history row names its columns: `actor` came after the others (migration 7).
+HISTORY_COLUMNS = "(history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)"
+
+
 def _history(
-    con: duckdb.DuckDBPyConnection, being_id: str, node_ids: list[str], operation: str, now: datetime
+    con: duckdb.DuckDBPyConnection,
+    being_id: str,
+    node_ids: list[str],
+    operation: str,
+    now: datetime,
+    before: str | None = None,
 ) -> None:
+    """One row per node for a status change by the patrol; the run id is stamped by the run."""
     if not node_ids:
         return
     con.execute(
-        "INSERT INTO history SELECT 'h-' || uuid()::VARCHAR, ?, node_id, ?, ?, NULL, "
-        "to_json({'status': ?}), NULL FROM (SELECT unnest(?::VARCHAR[]) AS node_id)",
-        [now, being_id, operation, operation if operation != "revived" else "active", node_ids],
+        f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, ?, ?, "
+        "CASE WHEN ?::VARCHAR IS NOT NULL THEN to_json({'status': ?::VARCHAR}) END, to_json({'status': ?}), "
+        "NULL, 'patrol' FROM (SELECT unnest(?::VARCHAR[]) AS node_id)",
+        [now, being_id, operation, before, before, operation, node_ids],
     )
 
 
@@ -680,20 +716,23 @@ def _apply_consolidation(con, being_id, answer, chunk_ids: list[str], now: datet
                 """,
                 [history, sources, now, merge.survivor],
             )
+            # Written before the update, while the absorbed nodes still have their status.
+            con.execute(
+                f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, "
+                "being_id, 'merged', to_json({'status': status}), to_json({'status': 'dead', 'into': ?}), "
+                "NULL, 'patrol' FROM nodes WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+                [now, merge.survivor, merge.absorbed],
+            )
             con.execute(
                 "UPDATE nodes SET status = 'dead', fresh = FALSE, updated_at = ? "
                 "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
                 [now, merge.absorbed],
             )
             con.execute(
-                "INSERT INTO history SELECT 'h-' || uuid()::VARCHAR, ?, node_id, ?, 'merged', NULL, "
-                "to_json({'status': 'dead', 'into': ?}), NULL FROM (SELECT unnest(?::VARCHAR[]) AS node_id)",
-                [now, being_id, merge.survivor, merge.absorbed],
-            )
-            con.execute(
-                "INSERT INTO history VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, 'absorbed', "
-                "to_json({'importance': ?}), to_json({'absorbed': ?::VARCHAR[]}), NULL)",
-                [now, merge.survivor, being_id, before, merge.absorbed],
+                f"INSERT INTO history {HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, "
+                "'absorbed', to_json({'importance': ?}), to_json({'importance': least(1.0, ? + 0.05), "
+                "'absorbed': ?::VARCHAR[]}), NULL, 'patrol')",
+                [now, merge.survivor, being_id, before, before, merge.absorbed],
             )
             counts["merged"] += len(merge.absorbed)
         if answer.make_dead:
@@ -702,7 +741,7 @@ def _apply_consolidation(con, being_id, answer, chunk_ids: list[str], now: datet
                 "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
                 [now, answer.make_dead],
             )
-            _history(con, being_id, answer.make_dead, "dead", now)
+            _history(con, being_id, answer.make_dead, "dead", now, before="dying")
             counts["made_dead"] += len(answer.make_dead)
         unfreshened = con.execute(
             "UPDATE nodes SET fresh = FALSE, updated_at = ? "
@@ -778,6 +817,7 @@ def step_split(
                     "created_at, updated_at) VALUES (?, ?, ?, ?, FALSE, NULL, ?, ?)",
                     [new_id, being_id, " ".join(group.label.split()), new_parent, now, now],
                 )
+                _moved(con, "node_id IN (SELECT unnest(?::VARCHAR[]))", [group.node_ids], new_id, now)
                 moved = con.execute(
                     "UPDATE nodes SET cluster_id = ?, updated_at = ? "
                     "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) RETURNING node_id",

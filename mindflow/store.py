@@ -348,12 +348,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
             # Memories formed before history had a `formed` row get one, at their creation.
             """
-            INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)
+            INSERT INTO history
+                (history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)
             SELECT 'h-' || uuid()::VARCHAR, n.created_at, n.node_id, n.being_id, 'formed', NULL,
                    to_json({'status': 'active', 'cluster_id': n.cluster_id, 'importance': n.importance}),
                    NULL, 'patrol'
             FROM nodes n
-            WHERE NOT EXISTS (SELECT 1 FROM history h WHERE h.memory_ref = n.node_id AND h.operation = 'formed')
+            WHERE NOT EXISTS (
+                SELECT 1 FROM history h WHERE h.memory_ref = n.node_id AND h.operation = 'formed')
             """,
             # The history rows already in LanceDB `memory_history`; deleting a row here makes the
             # next publish write it again (after a rewrite of the row).

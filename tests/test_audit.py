@@ -151,7 +151,10 @@ def test_patrol_history_of_a_run_becomes_audit_rows_with_its_run_id(settings, co
         [now] * 6,
     )
     before = datetime(2026, 5, 1)
-    con.execute("INSERT INTO history VALUES ('h-old', ?, 'n9', 'ada', 'dying', NULL, NULL, NULL)", [before])
+    con.execute(
+        "INSERT INTO history (history_id, ts, memory_ref, being_id, operation) VALUES ('h-old', ?, 'n9', 'ada', 'dying')",
+        [before],
+    )
     report = patrol.step_dying(con, "ada", patrol.PatrolParams(), now)
     assert report.counts["dying"] == 1
     rows = log_history(con, settings, since=now, run_id="patrol-run", actor="patrol")

@@ -11,6 +11,10 @@ from mindflow.config import Settings
 
 # history.operation -> audit action
 HISTORY_ACTIONS = {
+    "formed": "CREATE",
+    "reinforced": "EDIT",
+    "moved": "EDIT",
+    "decay_status": "DECAY",
     "dying": "DECAY",
     "dead": "DELETE",
     "died": "DELETE",
