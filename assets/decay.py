@@ -6,6 +6,7 @@ from assets.partitions import daily
 from mindflow import audit
 from mindflow.audit.tables import log_decay_transitions
 from mindflow.decay import STATUSES, TYPE_WEIGHTS, DecayParams, run_decay
+from mindflow.loop.fold import fold_all, totals
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource
 
@@ -34,6 +35,8 @@ def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> d
     upper = params.cap * max(TYPE_WEIGHTS.values())
     with duckdb.connect() as con:
         integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
+        # A forget or pin since the last run holds before any score is computed.
+        marks = fold_all(con, duckdb.settings(), utcnow(), context.run_id)
         report = run_decay(con, as_of, params, run_id=context.run_id)
         log_decay_transitions(con, duckdb.settings(), report.transitions, run_id=context.run_id)
         out_of_range, histogram = con.execute(
@@ -53,6 +56,7 @@ def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> d
             **{status: report.statuses.get(status, 0) for status in STATUSES},
             **{f"change_{s}": n for s, n in report.changes.items()},
             "score_histogram": dg.MetadataValue.md("| score ≥ | memories |\n|---|---|\n" + bars),
+            **totals(marks),
             **integrity.metadata(),
         },
         check_results=[

@@ -273,3 +273,23 @@ def _audit(con, settings: Settings, being_id: str, report: MarkFoldReport, actor
         if n
     ]
     commit_table_mutations(con, rows, settings, trigger="mark")
+
+
+def fold_all(
+    con: duckdb.DuckDBPyConnection, settings: Settings, now: datetime, run_id: str | None = None
+) -> dict[str, MarkFoldReport]:
+    """`fold_marks` for every being that has marks: runs over all beings (decay) fold them all."""
+    root = settings.loop
+    if not root.is_dir():
+        return {}
+    beings = sorted(p.parent.name for p in root.glob("*/marks.jsonl"))
+    return {being: fold_marks(con, settings, being, now, run_id) for being in beings}
+
+
+def totals(reports: dict[str, MarkFoldReport]) -> dict[str, int]:
+    """The reports' counts summed over beings, for run metadata (`marks/<count>`)."""
+    out: dict[str, int] = {}
+    for report in reports.values():
+        for key, value in report.counts().items():
+            out[f"marks/{key}"] = out.get(f"marks/{key}", 0) + value
+    return out
