@@ -31,8 +31,12 @@ from mindflow.api.models import (
     EpisodeIn,
     EpisodesResponse,
     FactsResponse,
+    ForgetResponse,
+    PinResponse,
+    ProposalsResponse,
     RecallResponse,
     ResonanceResponse,
+    RestoreResponse,
     SearchResponse,
 )
 
@@ -92,6 +96,10 @@ def _segment(value: str) -> str:
 def _recall_body(query: str, k: int, **fields: Any) -> dict[str, Any]:
     body = {"query": query, "k": k, **{name: v for name, v in fields.items() if v is not None}}
     return to_jsonable_python(body)
+
+
+def _forget_body(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _episodes_body(episodes: Iterable[EpisodeIn | Mapping[str, Any]]) -> dict[str, Any]:
@@ -236,6 +244,44 @@ class MindflowClient(_Base):
         body = _episodes_body(episodes)
         return self._typed(EpisodesResponse, "POST", self._being(being, "episodes"), json=body)
 
+    def forget(
+        self, being: str, query: str | None = None, *, refs: Iterable[str] | None = None
+    ) -> ForgetResponse:
+        """Find what a forget would remove: a pending proposal with its candidates; nothing changes."""
+        body = _forget_body(query=query, refs=list(refs) if refs is not None else None)
+        return self._typed(ForgetResponse, "POST", self._being(being, "forget"), json=body)
+
+    def confirm_forget(
+        self, being: str, proposal_id: str, refs: Iterable[str] | None = None, *, permanent: bool = False
+    ) -> ForgetResponse:
+        """Forget the proposal's candidates (all when `refs` is None); `permanent` deletes them for good."""
+        body = _forget_body(
+            proposal_id=proposal_id,
+            refs=list(refs) if refs is not None else None,
+            confirm=True,
+            permanent=permanent,
+        )
+        return self._typed(ForgetResponse, "POST", self._being(being, "forget"), json=body)
+
+    def reject_forget(self, being: str, proposal_id: str) -> ForgetResponse:
+        body = _forget_body(proposal_id=proposal_id, confirm=False)
+        return self._typed(ForgetResponse, "POST", self._being(being, "forget"), json=body)
+
+    def restore(self, being: str, ref: str) -> RestoreResponse:
+        """Undo a soft forget of one memory."""
+        return self._typed(RestoreResponse, "POST", self._being(being, "memories", ref, "restore"))
+
+    def pin(self, being: str, ref: str) -> PinResponse:
+        """Pin a memory: it never decays and always has a place in MEMORY.md."""
+        return self._typed(PinResponse, "POST", self._being(being, "memories", ref, "pin"))
+
+    def unpin(self, being: str, ref: str) -> PinResponse:
+        return self._typed(PinResponse, "POST", self._being(being, "memories", ref, "unpin"))
+
+    def proposals(self, being: str, status: str | None = None) -> ProposalsResponse:
+        params = {"status": status} if status else {}
+        return self._typed(ProposalsResponse, "GET", self._being(being, "proposals"), params=params)
+
     def search_ebooks(self, query: str, k: int = 5) -> EbookSearchResponse:
         """Passages of the indexed ebooks (text, title, chapter, score), best first."""
         return self._typed(EbookSearchResponse, "POST", "/v1/ebooks/search", json={"query": query, "k": k})
@@ -345,6 +391,40 @@ class AsyncMindflowClient(_Base):
     ) -> EpisodesResponse:
         body = _episodes_body(episodes)
         return await self._typed(EpisodesResponse, "POST", self._being(being, "episodes"), json=body)
+
+    async def forget(
+        self, being: str, query: str | None = None, *, refs: Iterable[str] | None = None
+    ) -> ForgetResponse:
+        body = _forget_body(query=query, refs=list(refs) if refs is not None else None)
+        return await self._typed(ForgetResponse, "POST", self._being(being, "forget"), json=body)
+
+    async def confirm_forget(
+        self, being: str, proposal_id: str, refs: Iterable[str] | None = None, *, permanent: bool = False
+    ) -> ForgetResponse:
+        body = _forget_body(
+            proposal_id=proposal_id,
+            refs=list(refs) if refs is not None else None,
+            confirm=True,
+            permanent=permanent,
+        )
+        return await self._typed(ForgetResponse, "POST", self._being(being, "forget"), json=body)
+
+    async def reject_forget(self, being: str, proposal_id: str) -> ForgetResponse:
+        body = _forget_body(proposal_id=proposal_id, confirm=False)
+        return await self._typed(ForgetResponse, "POST", self._being(being, "forget"), json=body)
+
+    async def restore(self, being: str, ref: str) -> RestoreResponse:
+        return await self._typed(RestoreResponse, "POST", self._being(being, "memories", ref, "restore"))
+
+    async def pin(self, being: str, ref: str) -> PinResponse:
+        return await self._typed(PinResponse, "POST", self._being(being, "memories", ref, "pin"))
+
+    async def unpin(self, being: str, ref: str) -> PinResponse:
+        return await self._typed(PinResponse, "POST", self._being(being, "memories", ref, "unpin"))
+
+    async def proposals(self, being: str, status: str | None = None) -> ProposalsResponse:
+        params = {"status": status} if status else {}
+        return await self._typed(ProposalsResponse, "GET", self._being(being, "proposals"), params=params)
 
     async def search_ebooks(self, query: str, k: int = 5) -> EbookSearchResponse:
         """Passages of the indexed ebooks (text, title, chapter, score), best first."""

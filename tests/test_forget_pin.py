@@ -297,3 +297,38 @@ def test_a_forget_instruction_in_the_conversation_opens_a_pending_proposal(world
     assert refs["a01"] in _recalled(one, "Maja knee surgery")
     listed = one.get("/v1/beings/ada/proposals", params={"status": "pending"}).json()["proposals"]
     assert [p["proposal_id"] for p in listed] == [proposal_id]
+
+
+def test_clients_forget_restore_pin(world):
+    import asyncio
+
+    from mindflow.client import AsyncMindflowClient, MindflowClient, MindflowClientError
+
+    settings, refs, (one, _) = world
+    url = str(one.base_url)
+    with MindflowClient(url, token=TOKEN) as memory:
+        found = memory.forget("ada", "cello")
+        assert [c.ref for c in found.candidates if c.store == "memory"] == [refs["a03"]]
+        done = memory.confirm_forget("ada", found.proposal_id)
+        assert done.status == "approved" and done.forgotten == [refs["a03"]]
+        assert refs["a03"] not in [
+            m.memory_ref for m in memory.recall("ada", "learning the cello", k=10).memories
+        ]
+        with pytest.raises(MindflowClientError) as conflict:
+            memory.confirm_forget("ada", found.proposal_id)
+        assert conflict.value.status == 409
+        assert memory.restore("ada", refs["a03"]).restored
+        assert memory.pin("ada", refs["a04"]).pinned
+        assert memory.proposals("ada", status="approved").proposals[0].proposal_id == found.proposal_id
+
+    async def agent() -> None:
+        async with AsyncMindflowClient(url, token=TOKEN) as memory:
+            found = await memory.forget("ada", refs=[refs["a02"]])
+            rejected = await memory.reject_forget("ada", found.proposal_id)
+            assert rejected.status == "rejected" and rejected.forgotten == []
+            assert not (await memory.unpin("ada", refs["a04"])).pinned
+            with pytest.raises(MindflowClientError) as missing:
+                await memory.pin("ada", "n-nothing")
+            assert missing.value.status == 404
+
+    asyncio.run(agent())
