@@ -1,4 +1,5 @@
-"""Asset `memories`: the LanceDB table recall serves, one row per active or dormant memory."""
+"""Asset `memories`: the LanceDB tables of memories (one row per memory, archived ones included) and
+their history."""
 
 import dagster as dg
 
@@ -15,20 +16,21 @@ from mindflow.resources import DuckDBResource, LanceDBResource
     pool="duckdb",
     group_name="recall",
     kinds={"lancedb"},
-    code_version="1",
+    code_version="2",
     check_specs=[
         dg.AssetCheckSpec(
             "one_row_per_memory",
             asset="memories",
             blocking=True,
-            description="Every active or dormant memory has exactly one LanceDB row; nothing else has one.",
+            description="Every memory (archived ones too) has exactly one LanceDB row; nothing else has one.",
         )
     ],
 )
 def memories(
     context: dg.AssetExecutionContext, duckdb: DuckDBResource, lancedb: LanceDBResource
 ) -> dg.MaterializeResult:
-    """Active and dormant memories with text, vector, status, importance, cluster and sources."""
+    """Every memory with its scene, feeling, vector, status, decay, cluster, sources and times (recall
+    filters out the archived), and `memory_history`: every change of every memory."""
     db = lancedb.connect()
     with duckdb.connect() as con:
         report = publish(con, db)
@@ -43,7 +45,12 @@ def memories(
     missing = sum(1 for ref in wanted if counts.get(ref, 0) == 0)
     duplicated = sum(1 for n in counts.values() if n > 1)
     extra = (report.rows - sum(counts.values())) if table is not None else 0
-    context.log.info(f"published {report.upserted} rows, removed {report.deleted}")
+    context.log.info(
+        f"published {report.upserted} rows, removed {report.deleted}; "
+        f"{report.history.appended} history rows appended"
+    )
+    if report.rebuilt or report.history.rebuilt:
+        context.log.info("a table written by an earlier mindflow version was written again from DuckDB")
     if report.indexes_built:
         context.log.info(f"built indexes on {', '.join(report.indexes_built)}")
     return dg.MaterializeResult(
@@ -53,6 +60,9 @@ def memories(
             "deleted": report.deleted,
             "table_version": report.version if report.version is not None else -1,
             "indexes_built": ", ".join(report.indexes_built) or "none",
+            "rebuilt": report.rebuilt,
+            "history_appended": report.history.appended,
+            "history_rows": report.history.rows,
             "per_being": dg.MetadataValue.json(per_being),
         },
         check_results=[

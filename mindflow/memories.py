@@ -1,11 +1,17 @@
-"""Publishing the recall table: every memory not archived, from DuckDB to LanceDB `memories`.
+"""Publishing memories: every memory from DuckDB to LanceDB `memories`, and its history to `memory_history`.
 
-Active, dying and dormant memories are what recall serves; dead ones are published
-too (status `dead`) because the seed's recall_memory and search_memory reach into
-them, and reaching a dead memory reinforces it twice as much.
+Recall serves active and dying memories; search_memory and recall_memory reach into
+dormant and dead ones too (reaching a dead memory reinforces it twice as much).
+Archived memories (archived by decay, or forgotten) are published as well, with status
+`archived`, so that reading a memory, listing a being's memories and their history see
+them; every recall path filters by an explicit list of statuses that leaves them out
+(`mindflow.recall.primitives.RECALLABLE` / `SEARCHABLE`).
 
-Only rows whose content changed are written: a LanceDB update un-indexes the rows
-it touches, so rewriting every memory nightly would keep the indexes cold.
+Only rows whose content changed are written: a LanceDB update un-indexes the rows it
+touches, so rewriting every memory nightly would keep the indexes cold. That is why no
+column changes every night for every row (no session count, no updated_at, the decay
+score rounded to 0.1): `row_hash` stays what it was while nothing a reader sees changed.
+History rows are appended once each (`published_history` lists them).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from mindflow import lance, store
+from mindflow import lance, memory_history, store
 from mindflow.models import utcnow
 from mindflow.vectors import to_column, to_matrix
 
@@ -33,26 +39,38 @@ SCALAR_INDEXES = {"being_id": "BITMAP", "status": "BITMAP", "memory_ref": "BTREE
 # the time IVF_HNSW_SQ finds 62% (bench/bench_latency.py data).
 VECTOR_INDEX_MIN_ROWS = 50_000
 
-# The rows recall may serve, with a hash of everything recall reads except the
-# vector (which follows from the text). The decay score is rounded so that
-# its daily drift does not rewrite every row.
+# Every memory, with what reading it shows: the scene, statuses, times. `status` is what
+# recall filters on (archived, else dead, else dormant by decay, else the patrol's status);
+# `decay_status` is decay's own (active, fading, dormant, archived). The decay score is
+# rounded so that its daily drift does not rewrite every row; the hash covers everything
+# published except the vector (which follows from the text).
 _DESIRED_SQL = """
-    SELECT n.node_id AS memory_ref, n.being_id, n.kind,
-           n.scene.action AS text, n.feeling, n.themes,
-           CASE WHEN n.status = 'dead' THEN 'dead' WHEN d.status = 'dormant' THEN 'dormant'
-                ELSE n.status END AS status,
-           n.importance, n.episode_ts AS ts, n.cluster_id, n.source_episode_ids, n.pinned,
-           n.trigger,
-           [w.date for w in n.scene."when"] AS when_dates,
-           round(coalesce(d.score, 1.0), 1) AS decay_score,
-           md5(concat_ws('|', n.being_id, n.kind, n.scene.action, n.feeling,
-               array_to_string(n.themes, ','), n.status, d.status, n.importance, n.episode_ts,
-               n.cluster_id, array_to_string(n.source_episode_ids, ','), n.pinned, n.trigger,
-               array_to_string([w.date for w in n.scene."when"], ','),
-               round(coalesce(d.score, 1.0), 1))) AS row_hash
-    FROM nodes n LEFT JOIN decay_scores d ON d.memory_ref = n.node_id
-    WHERE n.status IN ('active', 'dying', 'dead') AND coalesce(d.status, 'active') <> 'archived'
+    WITH m AS (
+        SELECT n.node_id AS memory_ref, n.being_id, n.kind,
+               n.scene.action AS text, n.feeling, n.themes,
+               CASE WHEN n.status = 'archived' OR d.status = 'archived' THEN 'archived'
+                    WHEN n.status = 'dead' THEN 'dead' WHEN d.status = 'dormant' THEN 'dormant'
+                    ELSE n.status END AS status,
+               n.importance, n.episode_ts AS ts, n.cluster_id, n.source_episode_ids, n.pinned,
+               n.trigger,
+               [w.date for w in n.scene."when"] AS when_dates,
+               [w.action for w in n.scene."when"] AS when_actions,
+               n.scene.actors AS actors, n.scene.setting AS setting, n.scene.dialogue AS dialogue,
+               n.scene.sensory AS sensory,
+               round(coalesce(d.score, 1.0), 1) AS decay_score,
+               coalesce(d.status, 'active') AS decay_status,
+               n.created_at, n.last_activated, n.reactivation_count
+        FROM nodes n LEFT JOIN decay_scores d ON d.memory_ref = n.node_id
+    )
+    SELECT *, md5(to_json(m)::VARCHAR) AS row_hash FROM m
 """
+# What `_to_lance` writes; a table with other columns was written by an earlier version.
+COLUMNS = (
+    "memory_ref", "being_id", "kind", "text", "feeling", "themes", "status", "importance", "ts",
+    "cluster_id", "source_episode_ids", "pinned", "trigger", "when_dates", "when_actions", "actors",
+    "setting", "dialogue", "sensory", "decay_score", "decay_status", "created_at", "last_activated",
+    "reactivation_count", "vector",
+)  # fmt: skip
 
 
 @dataclass
@@ -62,6 +80,9 @@ class PublishReport:
     rows: int = 0
     version: int | None = None
     indexes_built: list[str] = field(default_factory=list)
+    # The table had an earlier version's columns: it was written again from DuckDB.
+    rebuilt: bool = False
+    history: memory_history.HistoryReport = field(default_factory=lambda: memory_history.HistoryReport())
 
 
 def ensure_indexes(table, vector_min_rows: int = VECTOR_INDEX_MIN_ROWS) -> list[str]:
@@ -94,10 +115,22 @@ def desired_refs_sql() -> str:
     return f"SELECT memory_ref, being_id FROM ({_DESIRED_SQL})"
 
 
+def open_current(con: duckdb.DuckDBPyConnection, db):
+    """The `memories` table, or None; a table with an earlier version's columns is dropped and
+    `published_memories` cleared, so the publish that follows writes every memory again."""
+    table = lance.open_table(db, TABLE)
+    if table is None or tuple(table.schema.names) == COLUMNS:
+        return table, False
+    db.drop_table(TABLE)
+    con.execute("DELETE FROM published_memories")
+    return None, True
+
+
 def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> PublishReport:
-    """Bring LanceDB `memories` in line with DuckDB, writing only what changed."""
+    """Bring LanceDB `memories` and `memory_history` in line with DuckDB, writing only what changed."""
     now = now or utcnow()
     report = PublishReport()
+    table, report.rebuilt = open_current(con, db)
     con.execute(f"CREATE OR REPLACE TEMP TABLE desired_memories AS {_DESIRED_SQL}")
     try:
         changed = con.sql(
@@ -116,7 +149,6 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
                 "WHERE NOT EXISTS (SELECT 1 FROM desired_memories d WHERE d.memory_ref = p.memory_ref)"
             ).fetchall()
         ]
-        table = lance.open_table(db, TABLE)
         if changed.num_rows:
             batch = _to_lance(changed)
             if table is None:
@@ -152,28 +184,17 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
             report.version = table.version
     finally:
         con.execute("DROP TABLE IF EXISTS desired_memories")
+    report.history = memory_history.publish(con, db, now)
     return report
 
 
 def _to_lance(changed: pa.Table) -> pa.Table:
     vector = to_column(to_matrix(changed.column("vector")))
-    return pa.table(
-        {
-            "memory_ref": changed.column("memory_ref").cast(pa.string()),
-            "being_id": changed.column("being_id").cast(pa.string()),
-            "kind": changed.column("kind").cast(pa.string()),
-            "text": changed.column("text").cast(pa.string()),
-            "feeling": changed.column("feeling").cast(pa.string()),
-            "themes": changed.column("themes").cast(pa.list_(pa.string())),
-            "status": changed.column("status").cast(pa.string()),
-            "importance": changed.column("importance").cast(pa.float32()),
-            "ts": changed.column("ts").cast(pa.timestamp("us")),
-            "cluster_id": changed.column("cluster_id").cast(pa.string()),
-            "source_episode_ids": changed.column("source_episode_ids").cast(pa.list_(pa.string())),
-            "pinned": changed.column("pinned").cast(pa.bool_()),
-            "trigger": changed.column("trigger").cast(pa.string()),
-            "when_dates": changed.column("when_dates").cast(pa.list_(pa.string())),
-            "decay_score": changed.column("decay_score").cast(pa.float32()),
-            "vector": vector,
-        }
-    )
+    strings, stamp = pa.list_(pa.string()), pa.timestamp("us")
+    types = {
+        "themes": strings, "source_episode_ids": strings, "when_dates": strings, "when_actions": strings,
+        "actors": strings, "importance": pa.float32(), "decay_score": pa.float32(), "ts": stamp,
+        "created_at": stamp, "last_activated": stamp, "pinned": pa.bool_(), "reactivation_count": pa.int32(),
+    }  # fmt: skip
+    columns = {name: changed.column(name).cast(types.get(name, pa.string())) for name in COLUMNS[:-1]}
+    return pa.table({**columns, "vector": vector})

@@ -357,12 +357,14 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             WHERE NOT EXISTS (
                 SELECT 1 FROM history h WHERE h.memory_ref = n.node_id AND h.operation = 'formed')
             """,
-            # The history rows already in LanceDB `memory_history`; deleting a row here makes the
-            # next publish write it again (after a rewrite of the row).
+            # The history rows already in LanceDB `memory_history`, each with its place in the order
+            # rows were written (rows of one run share a time); deleting a row here makes the next
+            # publish write it again (after a rewrite of the row).
             """
             CREATE TABLE IF NOT EXISTS published_history (
                 history_id VARCHAR PRIMARY KEY,
                 being_id VARCHAR NOT NULL,
+                seq BIGINT NOT NULL,
                 published_at TIMESTAMP NOT NULL
             )
             """,
