@@ -75,6 +75,95 @@ def run(
 
 
 @app.command()
+def forget(
+    query: str | None = typer.Argument(None, help="What to forget, in plain words."),
+    being: str = typer.Option(..., "--being", help="The being whose memory it is."),
+    ref: list[str] = typer.Option([], "--ref", help="A memory or fact ref to forget (repeatable)."),
+    permanent: bool = typer.Option(
+        False, "--permanent", help="Delete everywhere, for good (the `forget` job), instead of archiving."
+    ),
+    yes: bool = typer.Option(False, "--yes", help="Forget every candidate without asking."),
+) -> None:
+    """Find what a forget would remove, show it, and forget it once confirmed (or with --yes)."""
+    from mindflow.loop import forget as loop_forget
+
+    if not query and not ref:
+        _fail(MindflowError("say what to forget: a QUERY, one or more --ref, or both"))
+    settings = load_settings()
+    try:
+        proposal = loop_forget.propose(settings, being, query, ref, created_by="user")
+    except MindflowError as exc:
+        _fail(exc)
+    candidates = proposal.payload["candidates"]
+    if not candidates:
+        loop_forget.reject(settings, being, proposal.proposal_id)
+        typer.echo(f"nothing of {being} matches: nothing to forget")
+        raise typer.Exit(code=1)
+    typer.echo(f"proposal {proposal.proposal_id}: {len(candidates)} candidates")
+    for c in candidates:
+        status = f" ({c['status']})" if c.get("status") else ""
+        typer.echo(f"  {c['ref']}  [{c['store']}{status}]  {c['text'][:100]}")
+    what = "delete for good" if permanent else "forget (restorable)"
+    if not yes and not typer.confirm(f"{what} all {len(candidates)}?", default=False):
+        loop_forget.reject(settings, being, proposal.proposal_id)
+        typer.echo("rejected: nothing changed")
+        raise typer.Exit(code=1)
+    try:
+        decided = loop_forget.confirm(settings, being, proposal.proposal_id, permanent=permanent)
+    except MindflowError as exc:
+        _fail(exc)
+    forgotten = decided.proposal.payload["confirmed_refs"]
+    typer.echo(f"forgotten: {len(forgotten)} refs, hidden from recall on every server now")
+    if permanent:
+        typer.echo(
+            "the forget job deletes them everywhere within a minute (its sensor), or now: mindflow run forget"
+        )
+
+
+def _pin(being: str, ref: str, value: bool) -> None:
+    from mindflow.loop import forget as loop_forget
+
+    try:
+        loop_forget.pin(load_settings(), being, ref, value)
+    except MindflowError as exc:
+        _fail(exc)
+    typer.echo(f"{ref} {'pinned' if value else 'unpinned'}: shown so at once, folded in by the next run")
+
+
+@app.command()
+def pin(
+    ref: str = typer.Argument(..., help="The memory ref."),
+    being: str = typer.Option(..., "--being", help="The being whose memory it is."),
+) -> None:
+    """Pin a memory: it never decays and always has a place in MEMORY.md's Critical Facts."""
+    _pin(being, ref, True)
+
+
+@app.command()
+def unpin(
+    ref: str = typer.Argument(..., help="The memory ref."),
+    being: str = typer.Option(..., "--being", help="The being whose memory it is."),
+) -> None:
+    """Unpin a memory: it decays like any other from the next run on."""
+    _pin(being, ref, False)
+
+
+@app.command()
+def restore(
+    ref: str = typer.Argument(..., help="The ref of a memory or fact forgotten softly."),
+    being: str = typer.Option(..., "--being", help="The being whose memory it is."),
+) -> None:
+    """Undo a soft forget."""
+    from mindflow.loop import forget as loop_forget
+
+    try:
+        loop_forget.restore(load_settings(), being, ref)
+    except MindflowError as exc:
+        _fail(exc)
+    typer.echo(f"{ref} restored")
+
+
+@app.command()
 def status() -> None:
     """Print episodes, nodes, clusters and decay statuses per being."""
     from mindflow import store

@@ -332,3 +332,40 @@ def test_clients_forget_restore_pin(world):
             assert missing.value.status == 404
 
     asyncio.run(agent())
+
+
+def test_cli_forget_asks_first_and_pin(world):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    settings, refs, (one, _) = world
+    exe = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "mindflow"
+    env = {**os.environ, "MINDFLOW_HOME": str(settings.home), "HF_HUB_OFFLINE": "1"}
+
+    def cli(*args: str, answer: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(exe), *args],
+            env=env,
+            cwd=settings.home,
+            input=answer,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    asked = cli("forget", "--being", "ada", "cello", answer="n\n")
+    assert asked.returncode == 1, asked.stderr
+    assert refs["a03"] in asked.stdout and "rejected: nothing changed" in asked.stdout
+    assert refs["a03"] in _recalled(one, "learning the cello")
+
+    done = cli("forget", "--being", "ada", "cello", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert refs["a03"] not in _recalled(one, "learning the cello")
+
+    pinned = cli("pin", "--being", "ada", refs["a04"])
+    assert pinned.returncode == 0, pinned.stderr
+    tea = [m for m in one.post("/v1/beings/ada/recall", json={"query": "smoked tea"}).json()["memories"]]
+    assert {m["memory_ref"]: m["pinned"] for m in tea}[refs["a04"]] is True
+    missing = cli("pin", "--being", "ada", "n-nothing")
+    assert missing.returncode == 1 and "no memory 'n-nothing'" in missing.stderr
