@@ -49,7 +49,12 @@ _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             _LEAD
             + r"(?:forget\s+(?:that|this|about|what\s+i\s+(?:said|told|wrote|mentioned))\b"
-            + rf"|{_NOT}\s+remember\b)"
+            + rf"|{_NOT}\s+remember\b"
+            # The rest of seed 001's forget phrases.
+            r"|never\s*mind\b|disregard\b|scratch\s+that\b|no\s+longer\s+relevant\b"
+            r"|ignore\s+what\s+i\s+(?:said|told\s+you|wrote)\b"
+            r"|remove\s+(?:this\s+|that\s+|it\s+)?from\s+(?:your\s+)?memory\b"
+            r"|delete\s+(?:the|this|that)\s+memory\b)"
             r"|\bplease\s+forget\b",
             re.IGNORECASE,
         ),
@@ -116,7 +121,10 @@ def is_heartbeat(text: str) -> bool:
 
 # Every trigger pattern needs one of these words (none has an "i" or "s", whose case
 # variants str.lower() and re.IGNORECASE fold differently); most texts have none.
-_TRIGGER_WORDS = ("forget", "remember", "keep", "note", "reflect", "back")
+_TRIGGER_WORDS = (
+    "forget", "remember", "keep", "note", "reflect", "back",
+    "never", "regard", "cratch", "relevant", "gnore", "memory",
+)  # fmt: skip
 
 
 def detect_trigger(text: str) -> str | None:
