@@ -7,6 +7,8 @@ import dagster as dg
 from assets.partitions import beings, daily
 from mindflow import audit
 from mindflow.inbox import ingest
+from mindflow.loop.forget import propose_ingested
+from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource, MindflowHome
 
 
@@ -28,7 +30,10 @@ def episodes(
     with duckdb.connect() as con:
         # Critical files are verified at the start of every run; changes are logged as ALERT.
         integrity = audit.verify_critical(settings, con, run_id=context.run_id)
+        started = utcnow()
         report = ingest(con, settings.inbox, start, end, max_chars=settings.max_episode_chars)
+        # "Forget about ..." in a dropped file waits for a person like one sent to the API.
+        proposals = propose_ingested(con, settings, started)
         total = con.execute("SELECT count(*) FROM episodes").fetchone()[0]
         in_range = con.execute(
             "SELECT count(*) FROM episodes WHERE day BETWEEN ? AND ?", [start, end]
@@ -63,6 +68,7 @@ def episodes(
             "files_done": report.moved_to_done,
             "outside_partitions": report.out_of_range,
             "new_beings": ", ".join(new_beings) or "none",
+            "forget_proposals": len(proposals),
             "per_being": dg.MetadataValue.md(preview),
             "quarantine_files": dg.MetadataValue.json(report.quarantine_files),
         }

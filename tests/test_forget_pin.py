@@ -369,3 +369,36 @@ def test_cli_forget_asks_first_and_pin(world):
     assert {m["memory_ref"]: m["pinned"] for m in tea}[refs["a04"]] is True
     missing = cli("pin", "--being", "ada", "n-nothing")
     assert missing.returncode == 1 and "no memory 'n-nothing'" in missing.stderr
+
+
+def test_a_forget_instruction_in_a_dropped_file_is_proposed_at_ingestion(world):
+    from mindflow.loop.forget import propose_ingested
+    from mindflow.loop.refs import episode_memory_ref
+
+    settings, refs, (one, _) = world
+    path = settings.inbox / "ada" / "later.jsonl"
+    turns = [
+        ("c01", "2026-03-02T10:00:00Z", "My locker code at the gym is 4471.", "s9"),
+        ("c02", "2026-03-02T10:01:00Z", "Scratch that.", "s9"),
+        ("c03", "2026-03-02T10:02:00Z", "Forget about the cello plan.", "s9"),
+    ]
+    path.write_text(
+        "\n".join(
+            json.dumps({"id": i, "ts": ts, "speaker": "Lena", "role": "user", "text": t, "session_id": s})
+            for i, ts, t, s in turns
+        )
+        + "\n"
+    )
+    with store.connect(settings.duckdb_path) as con:
+        since = datetime.now().replace(microsecond=0)
+        ingest(con, settings.inbox, date(2026, 1, 1), date(2026, 12, 31))
+        proposals = propose_ingested(con, settings, since)
+        again = propose_ingested(con, settings, since)
+    by_source = {p.payload["source_episode_id"]: p for p in proposals}
+    assert sorted(by_source) == ["c02", "c03"]
+    # "Scratch that" names the turn before it; "forget about the cello plan" the cello memory.
+    assert [c["ref"] for c in by_source["c02"].payload["candidates"]] == [episode_memory_ref("ada", "c01")]
+    assert refs["a03"] in [c["ref"] for c in by_source["c03"].payload["candidates"]]
+    assert all(p.status == "pending" for p in proposals)
+    assert [p.proposal_id for p in again] == [p.proposal_id for p in proposals]  # once per instruction
+    assert len(ProposalStore(settings.proposals).list("ada")) == 2

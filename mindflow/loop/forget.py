@@ -14,6 +14,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from mindflow import lance
@@ -26,6 +27,7 @@ from mindflow.recall.models import COLUMNS
 from mindflow.recall.primitives import keywords
 
 MAX_CANDIDATES = 50
+MIN_SHARE = 0.5  # of the query's words a candidate holds
 # Words that say nothing about which memory is meant.
 _STOPWORDS = frozenset(
     "a an and about any are as at be but by for from had has have he her him his i i'm if in into is it "
@@ -121,9 +123,16 @@ def _fact_text(store: str, row: dict) -> str:
     return f"{row['subject']} {row['predicate']} {row['object']}"
 
 
-def _matches(text: str, terms: list[str]) -> bool:
+def _share(text: str, terms: list[str]) -> float:
+    """The share of the query's words the text holds."""
+    if not terms:
+        return 0.0
     lowered = text.lower()
-    return bool(terms) and all(t in lowered for t in terms)
+    return sum(1 for t in terms if t in lowered) / len(terms)
+
+
+def _matches(text: str, terms: list[str]) -> bool:
+    return _share(text, terms) >= MIN_SHARE
 
 
 def _cites(text: str, memories: list[Candidate]) -> bool:
@@ -186,12 +195,16 @@ def find_candidates(
                 add(memory(fresh_by_ref[ref], "fresh"))
     terms = _terms(query or "")
     if terms and table is not None:
-        hits = search_memory(table, being_id, " ".join(terms), mode="and", k=MAX_CANDIDATES)
+        # Half the words at least: "forget the cello plan" finds "learn the cello this spring",
+        # and one shared word in a long request does not sweep in unrelated memories.
+        hits = search_memory(table, being_id, " ".join(terms), mode="or", k=MAX_CANDIDATES)
         for m in hits:
-            add(memory(m, "memory", m.score))
+            if m.score >= MIN_SHARE:
+                add(memory(m, "memory", m.score))
     for m in fresh:
-        if _matches(m.text, terms) and m.memory_ref not in found:
-            add(memory(m, "fresh", 1.0))
+        share = _share(m.text, terms)
+        if share >= MIN_SHARE and m.memory_ref not in found:
+            add(memory(m, "fresh", share))
     memories = [c for c in found.values() if c.store in ("memory", "fresh")]
     episodes = {e for c in memories for e in c.source_episode_ids}
     if facts is None:
@@ -444,3 +457,33 @@ def _as_memory(being_id: str, episode: dict) -> Memory:
         text=episode.get("text") or "",
         source_episode_ids=[episode["id"]],
     )
+
+
+def propose_ingested(con, settings: Settings, since: datetime) -> list[Proposal]:
+    """Pending forget proposals for the forget instructions ingested since `since` (file drops,
+    transcripts, `mindflow ingest`); one per instruction, so an episode the API already
+    proposed keeps its proposal."""
+    rows = con.execute(
+        """
+        SELECT f.being_id, f.episode_id, f.text, f.session_id,
+               p.episode_id AS before_id, p.text AS before_text
+        FROM episodes f
+        LEFT JOIN LATERAL (
+            SELECT e.episode_id, e.text FROM episodes e
+            WHERE e.being_id = f.being_id AND e.session_id IS NOT DISTINCT FROM f.session_id AND e.ts < f.ts
+            ORDER BY e.ts DESC LIMIT 1
+        ) p ON TRUE
+        WHERE f.ingested_at >= ? AND f.trigger = 'forget'
+        ORDER BY f.being_id, f.ts
+        """,
+        [since],
+    ).fetchall()
+    table = memories_table(settings)
+    out: list[Proposal] = []
+    for being_id, episode_id, text, session_id, before_id, before_text in rows:
+        records = []
+        if before_id is not None:
+            records.append({"id": before_id, "text": before_text, "trigger": None, "session_id": session_id})
+        records.append({"id": episode_id, "text": text, "trigger": "forget", "session_id": session_id})
+        out += proposals_for_triggers(settings, being_id, records, table=table)
+    return out
