@@ -228,6 +228,9 @@ def test_pin_is_visible_at_once_and_the_runs_keep_it_alive(world):
     assert pinned.json() == {"being_id": "ada", "ref": tea, "pinned": True}
     memories = two.post("/v1/beings/ada/recall", json={"query": "favourite smoked tea"}).json()["memories"]
     assert {m["memory_ref"]: m["pinned"] for m in memories}[tea] is True
+    # Resonance returns the pinned memory first, before better matches of the query.
+    resonance = two.post("/v1/beings/ada/resonance", json={"query": "grey cat, cello and tea", "k": 3}).json()
+    assert resonance["items"][0]["memory"]["memory_ref"] == tea
 
     assert _fold(settings).pinned == 1
     with store.connect(settings.duckdb_path) as con:
