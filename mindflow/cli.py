@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import typer
@@ -447,6 +448,147 @@ def ebooks_search(
         chapter = f" / {hit.chapter}" if hit.chapter else ""
         typer.echo(f"{i}. {hit.title}{chapter}  [{hit.doc_id} #{hit.ordinal}, score {hit.score:.4f}]")
         typer.echo(f"   {text}")
+
+
+memories_app = typer.Typer(
+    no_args_is_help=True,
+    help="A being's memories as LanceDB holds them (no server needed): show one, list them, its history.",
+)
+app.add_typer(memories_app, name="memories")
+
+
+def _memory_reader(being: str):
+    """(memories table, history table, mark state) of the local MINDFLOW_HOME."""
+    from mindflow import lance, memories, memory_history
+    from mindflow.loop.marks import MarkCache
+
+    settings = load_settings()
+    db = lance.connect(settings.lance_path)
+    state = MarkCache(settings.loop).state(being)
+    return settings, lance.open_table(db, memories.TABLE), lance.open_table(db, memory_history.TABLE), state
+
+
+def _when(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value is not None else "-"
+
+
+def _echo_json(model) -> None:
+    typer.echo(model.model_dump_json(indent=2))
+
+
+@memories_app.command("show")
+def memories_show(
+    ref: str = typer.Argument(..., help="The memory ref (n-...)."),
+    being: str = typer.Option(..., "--being", help="The being the memory belongs to."),
+    as_json: bool = typer.Option(False, "--json", help="Print the record as JSON (as the API answers)."),
+) -> None:
+    """One memory: status, decay, pin, cluster, scene, feeling, sources and times."""
+    import dataclasses
+
+    from mindflow import records
+    from mindflow.api.models import MemoryRecord
+
+    try:
+        _, table, _, state = _memory_reader(being)
+        found = records.get_memory(table, being, ref, state)
+    except MindflowError as exc:
+        _fail(exc)
+    if as_json:
+        _echo_json(MemoryRecord.model_validate(dataclasses.asdict(found)))
+        return
+    scene = found.scene
+    score = "-" if found.decay_score is None else f"{found.decay_score:.1f}"
+    when = "; ".join((w["date"] or "?") + (f" {w['action']}" if w.get("action") else "") for w in scene.when)
+    lines = [
+        f"{found.memory_ref}  [{found.status}{', pinned' if found.pinned else ''}]  {found.being_id}",
+        f"  text:      {found.text}",
+        f"  feeling:   {found.feeling or '-'}",
+        f"  kind:      {found.kind}   importance {found.importance:.2f}   trigger {found.trigger or '-'}",
+        f"  decay:     {found.decay_status or '-'} (score {score})",
+        f"  cluster:   {found.cluster_id or '-'}",
+        f"  actors:    {', '.join(scene.actors) or '-'}",
+        f"  when:      {when or '-'}",
+        f"  setting:   {scene.setting or '-'}",
+        f"  dialogue:  {scene.dialogue or '-'}",
+        f"  sensory:   {scene.sensory or '-'}",
+        f"  sources:   {', '.join(found.source_episode_ids) or '-'}",
+        f"  happened:  {_when(found.ts)}   formed: {_when(found.created_at)}   "
+        f"last recalled: {_when(found.last_activated)} ({found.reactivation_count} reactivations)",
+    ]
+    typer.echo("\n".join(lines))
+
+
+@memories_app.command("list")
+def memories_list(
+    being: str = typer.Option(..., "--being", help="The being whose memories to list."),
+    status: list[str] = typer.Option(
+        [], "--status", help="Only this status (repeatable): active, dying, dormant, dead, archived."
+    ),
+    cluster: str | None = typer.Option(None, "--cluster", help="Only this cluster id."),
+    since: datetime | None = typer.Option(None, "--since", help="Happened at or after (UTC)."),
+    until: datetime | None = typer.Option(None, "--until", help="Happened at or before (UTC)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many (default: all)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON record per line."),
+) -> None:
+    """The being's memories, oldest first (when they happened), with status and text."""
+    import dataclasses
+    from itertools import islice
+
+    from mindflow import records
+    from mindflow.api.models import MemoryRecord
+
+    try:
+        _, table, _, state = _memory_reader(being)
+        found = records.iter_memories(
+            table, being, state, page_size=records.MAX_PAGE,
+            status=status or None, cluster_id=cluster, since=since, until=until,
+        )  # fmt: skip
+        shown = 0
+        for memory in islice(found, limit):
+            shown += 1
+            if as_json:
+                typer.echo(MemoryRecord.model_validate(dataclasses.asdict(memory)).model_dump_json())
+                continue
+            text = " ".join(memory.text.split())
+            text = text if len(text) <= 80 else text[:77] + "..."
+            pin = " pinned" if memory.pinned else ""
+            typer.echo(f"{memory.memory_ref}  {_when(memory.ts)}  {memory.status:<8}{pin}  {text}")
+    except MindflowError as exc:
+        _fail(exc)
+    if not as_json:
+        typer.echo(f"{shown} memories", err=True)
+
+
+@memories_app.command("history")
+def memories_history(
+    ref: str = typer.Argument(..., help="The memory ref (n-...)."),
+    being: str = typer.Option(..., "--being", help="The being the memory belongs to."),
+    as_json: bool = typer.Option(False, "--json", help="Print the history as JSON (as the API answers)."),
+) -> None:
+    """Every change of the memory, oldest first: time, operation, actor, run id, before -> after."""
+    import dataclasses
+    import json
+
+    from mindflow import records
+    from mindflow.api.models import MemoryHistory
+    from mindflow.loop.marks import read_marks
+
+    try:
+        settings, table, history_table, state = _memory_reader(being)
+        marks = read_marks(settings.loop, being) if state.deleted or state.deleted_episodes else ()
+        found = records.get_history(history_table, table, being, ref, state, marks)
+    except MindflowError as exc:
+        _fail(exc)
+    if as_json:
+        _echo_json(MemoryHistory.model_validate(dataclasses.asdict(found)))
+        return
+    typer.echo(f"{found.memory_ref} of {found.being_id}" + (" (deleted for good)" if found.deleted else ""))
+    for entry in found.entries:
+        change = " -> ".join(
+            json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in (entry.before, entry.after) if v
+        )
+        run = f" run {entry.run_id}" if entry.run_id else (" (pending)" if entry.pending else "")
+        typer.echo(f"  {_when(entry.ts)}  {entry.operation:<12} {entry.actor:<10}{run}  {change}")
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ with MindflowClient("http://127.0.0.1:8765", token="tokA") as memory:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
@@ -32,6 +32,9 @@ from mindflow.api.models import (
     EpisodesResponse,
     FactsResponse,
     ForgetResponse,
+    MemoryHistory,
+    MemoryPage,
+    MemoryRecord,
     PinResponse,
     ProposalsResponse,
     RecallResponse,
@@ -105,6 +108,22 @@ def _forget_body(**fields: Any) -> dict[str, Any]:
 def _episodes_body(episodes: Iterable[EpisodeIn | Mapping[str, Any]]) -> dict[str, Any]:
     items = [e.model_dump(exclude_none=True) if isinstance(e, EpisodeIn) else dict(e) for e in episodes]
     return {"episodes": to_jsonable_python(items)}
+
+
+def _list_params(
+    status: str | Iterable[str] | None,
+    cluster: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    page_size: int,
+) -> list[tuple[str, Any]]:
+    """Query parameters of GET memories; `status` may repeat."""
+    statuses = [status] if isinstance(status, str) else list(status or [])
+    params: list[tuple[str, Any]] = [("status", s) for s in statuses] + [("limit", page_size)]
+    for name, value in (("cluster", cluster), ("since", since), ("until", until)):
+        if value is not None:
+            params.append((name, to_jsonable_python(value)))
+    return params
 
 
 class _Base:
@@ -282,6 +301,32 @@ class MindflowClient(_Base):
         params = {"status": status} if status else {}
         return self._typed(ProposalsResponse, "GET", self._being(being, "proposals"), params=params)
 
+    def get_memory(self, being: str, ref: str) -> MemoryRecord:
+        """One memory with its statuses, decay, pin, cluster, scene, sources and times (404: unknown)."""
+        return self._typed(MemoryRecord, "GET", self._being(being, "memories", ref))
+
+    def list_memories(
+        self,
+        being: str,
+        status: str | Iterable[str] | None = None,
+        cluster: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        page_size: int = 100,
+    ) -> Iterator[MemoryRecord]:
+        """Every memory of the being matching the filters, oldest first, fetched page by page."""
+        params = _list_params(status, cluster, since, until, page_size)
+        while True:
+            page = self._typed(MemoryPage, "GET", self._being(being, "memories"), params=params)
+            yield from page.memories
+            if page.next_cursor is None:
+                return
+            params = [*[p for p in params if p[0] != "cursor"], ("cursor", page.next_cursor)]
+
+    def memory_history(self, being: str, ref: str) -> MemoryHistory:
+        """Every change of the memory, oldest first: time, actor, run id, fields before and after."""
+        return self._typed(MemoryHistory, "GET", self._being(being, "memories", ref, "history"))
+
     def search_ebooks(self, query: str, k: int = 5) -> EbookSearchResponse:
         """Passages of the indexed ebooks (text, title, chapter, score), best first."""
         return self._typed(EbookSearchResponse, "POST", "/v1/ebooks/search", json={"query": query, "k": k})
@@ -425,6 +470,33 @@ class AsyncMindflowClient(_Base):
     async def proposals(self, being: str, status: str | None = None) -> ProposalsResponse:
         params = {"status": status} if status else {}
         return await self._typed(ProposalsResponse, "GET", self._being(being, "proposals"), params=params)
+
+    async def get_memory(self, being: str, ref: str) -> MemoryRecord:
+        """One memory with its statuses, decay, pin, cluster, scene, sources and times (404: unknown)."""
+        return await self._typed(MemoryRecord, "GET", self._being(being, "memories", ref))
+
+    async def list_memories(
+        self,
+        being: str,
+        status: str | Iterable[str] | None = None,
+        cluster: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[MemoryRecord]:
+        """Every memory of the being matching the filters, oldest first: `async for m in ...`."""
+        params = _list_params(status, cluster, since, until, page_size)
+        while True:
+            page = await self._typed(MemoryPage, "GET", self._being(being, "memories"), params=params)
+            for memory in page.memories:
+                yield memory
+            if page.next_cursor is None:
+                return
+            params = [*[p for p in params if p[0] != "cursor"], ("cursor", page.next_cursor)]
+
+    async def memory_history(self, being: str, ref: str) -> MemoryHistory:
+        """Every change of the memory, oldest first: time, actor, run id, fields before and after."""
+        return await self._typed(MemoryHistory, "GET", self._being(being, "memories", ref, "history"))
 
     async def search_ebooks(self, query: str, k: int = 5) -> EbookSearchResponse:
         """Passages of the indexed ebooks (text, title, chapter, score), best first."""

@@ -23,6 +23,7 @@ from mindflow.api.auth import Being, TokenScopes, parse_tokens
 from mindflow.api.ebooks import ebooks_router
 from mindflow.api.episodes import InboxBusy, InvalidEpisodes, append_episodes
 from mindflow.api.loop import loop_router, trigger_proposals
+from mindflow.api.memories import memories_router
 from mindflow.api.service import RecallService
 from mindflow.config import Settings, load_settings
 from mindflow.errors import Conflict, MindflowError, NotFound
@@ -312,6 +313,7 @@ def create_app(
 
     app.include_router(v1)
     app.include_router(loop_router(errors(*BODY, 401, 403, 422)))
+    app.include_router(memories_router(errors(401, 403, 422)))
     app.include_router(ebooks_router(errors(*BODY, 401, 422)))
 
     model = _model_name(settings.embedding_model)

@@ -352,3 +352,73 @@ class ProposalOut(BaseModel):
 class ProposalsResponse(BaseModel):
     being_id: str
     proposals: list[ProposalOut]
+
+
+class WhenOut(BaseModel):
+    date: str | None = None
+    action: str | None = Field(default=None, description="What happened that day (merged memories).")
+
+
+class SceneOut(BaseModel):
+    """The scene a memory was formed from."""
+
+    action: str | None = None
+    actors: list[str] = []
+    when: list[WhenOut] = Field(default=[], description="Its dates, with what happened when merged.")
+    setting: str | None = None
+    dialogue: str | None = None
+    sensory: str | None = None
+
+
+class MemoryRecord(BaseModel):
+    """One memory as stored: statuses, decay, pin, cluster, scene, feeling, sources and times.
+
+    `status`: active, dying, dormant, dead or archived (forgotten, or archived by decay; never
+    recalled). `decay_status`: active, fading, dormant or archived."""
+
+    memory_ref: str
+    being_id: str
+    text: str = Field(description="The scene's action.")
+    status: Literal["active", "dying", "dormant", "dead", "archived"]
+    kind: str = "message"
+    feeling: str | None = None
+    themes: list[str] = []
+    importance: float = 0.5
+    pinned: bool = False
+    trigger: str | None = None
+    cluster_id: str | None = None
+    decay_score: float | None = Field(default=None, description="Relevance at the last decay run.")
+    decay_status: str | None = None
+    scene: SceneOut
+    source_episode_ids: list[str] = []
+    ts: UtcOut | None = Field(default=None, description="When it happened (UTC).")
+    created_at: UtcOut | None = Field(default=None, description="When the patrol formed it.")
+    last_activated: UtcOut | None = Field(default=None, description="The last recall that reached it.")
+    reactivation_count: int = 0
+
+
+class MemoryPage(BaseModel):
+    being_id: str
+    memories: list[MemoryRecord]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last.")
+
+
+class HistoryEntry(BaseModel):
+    """One change: formed, reinforced, dying, revived, dead, merged, absorbed, moved, decay_status,
+    pinned, unpinned, forgotten, restored or deleted."""
+
+    history_id: str | None = None
+    ts: UtcOut
+    operation: str
+    actor: str = Field(description="patrol, decay, recall, extraction, user or agent.")
+    run_id: str | None = None
+    before: dict[str, Any] | None = Field(default=None, description="The fields that changed, before.")
+    after: dict[str, Any] | None = None
+    pending: bool = Field(default=False, description="Decided by a mark that no run has folded in yet.")
+
+
+class MemoryHistory(BaseModel):
+    being_id: str
+    memory_ref: str
+    deleted: bool = Field(description="Deleted for good: only content-free rows remain.")
+    entries: list[HistoryEntry]
