@@ -63,9 +63,10 @@ def fold_marks(
     actors = _actors(marks)
     con.execute("BEGIN TRANSACTION")
     try:
-        _forget(con, being_id, state, now, report, run_id)
-        _restore(con, being_id, state, now, report, run_id)
-        _pins(con, being_id, state, now, report, run_id)
+        who = (run_id, actors)
+        _forget(con, being_id, state, now, report, who)
+        _restore(con, being_id, state, now, report, who)
+        _pins(con, being_id, state, now, report, who)
         if new:
             con.executemany(
                 "INSERT OR IGNORE INTO folded_marks VALUES (?, ?, ?, ?)",
@@ -88,7 +89,9 @@ def _actors(marks: list[Mark]) -> dict[str, str]:
     return out
 
 
-_HISTORY_COLUMNS = "(history_id, ts, memory_ref, being_id, operation, before, after, run_id)"
+_HISTORY_COLUMNS = "(history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)"
+# (run id, actor of the latest mark per op): who a history row names.
+Who = tuple[str | None, dict[str, str]]
 # Nodes a tombstone hides: by ref, or formed from a forgotten episode.
 _HIDDEN = "(list_contains($refs, n.node_id) OR list_has_any(n.source_episode_ids, $episodes))"
 _HIDDEN_FACT = "(list_contains($refs, {id}) OR list_has_any(coalesce(source_episode_ids, []), $episodes))"
@@ -100,9 +103,7 @@ def _used(params: dict, *sql: str) -> dict:
     return {k: v for k, v in params.items() if f"${k}" in text}
 
 
-def _forget(
-    con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, run_id: str | None
-) -> None:
+def _forget(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, who: Who) -> None:
     params = {
         "being": being_id,
         "refs": sorted(state.forgotten),
@@ -130,7 +131,8 @@ def _forget(
             "WHERE list_contains($refs, memory_ref)",
             {"refs": refs, "now": now},
         )
-        _history(con, being_id, archived, "forgotten", "archived", now, run_id)
+        actor = who[1].get("delete") if "delete" in who[1] else who[1].get("forget", "user")
+        _history(con, being_id, archived, "forgotten", "archived", now, (who[0], actor))
         report.forgotten += len(archived)
     for table, key in (("facts", "fact_id"), ("relations", "relation_id")):
         (n,) = con.execute(
@@ -141,9 +143,7 @@ def _forget(
         report.facts_forgotten += int(n)
 
 
-def _restore(
-    con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, run_id: str | None
-) -> None:
+def _restore(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, who: Who) -> None:
     """Memories archived by a tombstone that no mark hides any more go back to their status before."""
     params = {
         "being": being_id,
@@ -180,7 +180,7 @@ def _restore(
             "restored",
             None,
             now,
-            run_id,
+            (who[0], who[1].get("restore", "user")),
             after=[status for _, status in back],
         )
         report.restored += len(back)
@@ -193,10 +193,11 @@ def _restore(
         report.facts_restored += int(n)
 
 
-def _pins(
-    con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, run_id: str | None
-) -> None:
-    for refs, value, operation in ((state.pinned, True, "pinned"), (state.unpinned, False, "unpinned")):
+def _pins(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, who: Who) -> None:
+    for refs, value, operation, op in (
+        (state.pinned, True, "pinned", "pin"),
+        (state.unpinned, False, "unpinned", "unpin"),
+    ):
         if not refs:
             continue
         changed = con.execute(
@@ -221,8 +222,11 @@ def _pins(
         )
         con.executemany(
             f"INSERT INTO history {_HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, "
-            "to_json({'pinned': ?}), to_json({'pinned': ?}), ?)",
-            [[now, ref, being_id, operation, not value, value, run_id] for ref in ids],
+            "to_json({'pinned': ?}), to_json({'pinned': ?}), ?, ?)",
+            [
+                [now, ref, being_id, operation, not value, value, who[0], who[1].get(op, "user")]
+                for ref in ids
+            ],
         )
         if value:
             report.pinned += len(ids)
@@ -230,13 +234,13 @@ def _pins(
             report.unpinned += len(ids)
 
 
-def _history(con, being_id, rows, operation: str, after_status: str | None, now, run_id, after=None) -> None:
+def _history(con, being_id, rows, operation: str, after_status: str | None, now, who, after=None) -> None:
     """One history row per memory: its status before and after."""
     con.executemany(
         f"INSERT INTO history {_HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, "
-        "to_json({'status': ?}), to_json({'status': ?}), ?)",
+        "to_json({'status': ?}), to_json({'status': ?}), ?, ?)",
         [
-            [now, ref, being_id, operation, before, after[i] if after is not None else after_status, run_id]
+            [now, ref, being_id, operation, before, after[i] if after is not None else after_status, *who]
             for i, (ref, before) in enumerate(rows)
         ],
     )
