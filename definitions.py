@@ -8,6 +8,7 @@ from assets.decay import decay_scores
 from assets.ebooks import ebook_chunks
 from assets.episodes import episodes
 from assets.facts import facts_graph
+from assets.forget import erasures
 from assets.journal import journal
 from assets.memories import memories
 from assets.nodes import nodes, scene_notes
@@ -16,22 +17,24 @@ from jobs.audit import audit_digest_job, monthly_audit_digest
 from jobs.decay import decay_job, nightly_decay
 from jobs.ebooks import ebook_reindex_job, weekly_ebook_reindex
 from jobs.extraction import extraction_job
+from jobs.forget import forget_job
 from jobs.ingest import ingest_job
 from jobs.narrative import narrative_job, nightly_narrative
 from jobs.patrol import nightly_patrol, patrol_job
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource, MindflowHome
 from sensors.ebooks import ebook_folder_sensor
+from sensors.forget import forget_sensor
 from sensors.inbox import inbox_sensor
 from sensors.narrative import narrative_sensor
 from sensors.runs import stale_run_sensor
 
 defs = dg.Definitions(
     assets=[episodes, scene_notes, nodes, clusters, journal, decay_scores, memories, facts_graph,
-            story, core_memory, audit_archive, ebook_chunks],
+            story, core_memory, audit_archive, ebook_chunks, erasures],
     jobs=[ingest_job, extraction_job, patrol_job, decay_job, narrative_job, audit_digest_job,
-          ebook_reindex_job],
+          ebook_reindex_job, forget_job],
     schedules=[nightly_patrol, nightly_decay, nightly_narrative, monthly_audit_digest, weekly_ebook_reindex],
-    sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor, stale_run_sensor],
+    sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor, stale_run_sensor, forget_sensor],
     resources={
         "duckdb": DuckDBResource(),
         "lancedb": LanceDBResource(),

@@ -80,13 +80,15 @@ def story(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mater
                 trigger=run_trigger(context),
                 log=context.log.info,
             )
-            context.log.info(f"{being_id}: {report}")
+            # Counts only: Dagster's event log cannot be edited, so no memory content (a chapter
+            # title, an episode's words) may reach it, or a permanent forget could not erase it.
+            context.log.info(
+                f"{being_id}: {report.mode}, {report.items} episodes narrated, "
+                f"{report.chapters_added} chapters added, {report.failed_batches} failed batches"
+            )
             reports.append(report)
     first = reports[0] if reports else None
-    preview = ""
-    if first is not None:
-        text = narrative.story_path(settings, first.being_id)
-        preview = text.read_text()[-1500:] if text.exists() else ""
+    preview = narrative.outline(settings, first.being_id) if first is not None else ""
     rows = "\n".join(
         f"| {r.being_id} | {r.mode} | {r.items} | {r.chapters_added} | {r.failed_batches} | {r.words} | "
         f"{r.anchor_after.isoformat() if r.anchor_after else '-'} |"
@@ -106,7 +108,7 @@ def story(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mater
                 "| being | mode | narrated | chapters | failed batches | words | anchor |\n"
                 "|---|---|---|---|---|---|---|\n" + rows
             ),
-            "preview": dg.MetadataValue.md(preview or "(no story)"),
+            "outline": dg.MetadataValue.md(preview or "(no story)"),
             **integrity.metadata(),
             **llm_metadata(model, llm_meta),
         },
@@ -136,10 +138,14 @@ def core_memory(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
                     f"{being_id}: model rewrite failed, kept the mechanical version: {report.error}"
                 )
             reports.append(report)
+    # Sizes only, never the text (see `story`).
     preview = ""
     if reports:
         path = settings.workspace / reports[0].being_id / "MEMORY.md"
-        preview = path.read_text()[:2000] if path.exists() else ""
+        if path.exists():
+            text = path.read_text()
+            lines, size = len(text.splitlines()), len(text.encode())
+            preview = f"{reports[0].being_id}/MEMORY.md: {lines} lines, {size} bytes"
     return dg.MaterializeResult(
         metadata={
             "max_tokens": max((r.tokens for r in reports), default=0),
@@ -159,7 +165,7 @@ def core_memory(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
                     for r in reports
                 )
             ),
-            "preview": dg.MetadataValue.md(preview or "(none)"),
+            "size": preview or "(none)",
             **llm_metadata(model, llm_meta),
         },
     )

@@ -45,7 +45,7 @@ def ingest(
 @app.command()
 def run(
     job: str = typer.Argument(
-        ..., help="ingest | extraction | patrol | decay | narrative | audit_digest | ebook_reindex"
+        ..., help="ingest | extraction | patrol | decay | narrative | audit_digest | ebook_reindex | forget"
     ),
     being: str | None = typer.Option(None, "--being", help="patrol only this being."),
     partition: str | None = typer.Option(

@@ -8,6 +8,7 @@ for the whole pass; a second writer waits for it, then starts from the new ancho
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -278,9 +279,33 @@ def batches(items: list[Item], limit: int, count: Callable[[str], int] = estimat
 # ---- writing --------------------------------------------------------------------------------
 
 
-def render_chapter(when: str, title: str, text: str) -> str:
+def render_chapter(when: str, title: str, text: str, episodes: list[str] | None = None) -> str:
+    """A chapter; with `episodes`, a last line citing the ids of the episodes it tells (never their
+    text), so that a permanent forget finds the chapters to narrate again (mindflow/loop/erase.py)."""
     title = " ".join(title.replace("#", "").split())[:80] or "Untitled"
-    return f"### [{when}] {title}\n\n{text.strip()}\n"
+    cite = f"\n{citation(episodes)}\n" if episodes else ""
+    return f"### [{when}] {title}\n\n{text.strip()}\n{cite}"
+
+
+# `<!-- episodes: ["id", ...] -->`: JSON, so any id is safe inside it, with `>` escaped so an id
+# cannot close the comment.
+CITATION = re.compile(r"^<!-- episodes: (\[.*\]) -->[ \t]*$", re.MULTILINE)
+
+
+def citation(episodes: list[str]) -> str:
+    return "<!-- episodes: " + json.dumps(list(episodes)).replace(">", "\\u003e") + " -->"
+
+
+def cited_episodes(chapter: str) -> list[str] | None:
+    """The episode ids a chapter cites; None for a chapter written before chapters cited them."""
+    m = CITATION.search(chapter)
+    if m is None:
+        return None
+    try:
+        ids = json.loads(m.group(1))
+    except ValueError:
+        return None
+    return [str(i) for i in ids] if isinstance(ids, list) else None
 
 
 def _strip_identity(text: str, soul: str) -> str:
@@ -552,7 +577,9 @@ def mechanical_chapter(items: list[Item], top: int = 6) -> tuple[str, str]:
     rest = len(items) - len(picked)
     if rest:
         lines.append(f"- …and {rest} more moments that day.")
-    return render_chapter(f"{items[0].ts:%Y-%m-%d %H:%M}", title or lead.kind, "\n".join(lines)), title
+    cited = [i.ref for i in items if i.ref and not i.ref.startswith("legacy:")]
+    when = f"{items[0].ts:%Y-%m-%d %H:%M}"
+    return render_chapter(when, title or lead.kind, "\n".join(lines), cited), title
 
 
 def _prompt_tokens(llm, prompt) -> int:
@@ -582,6 +609,8 @@ def _with_llm(con, settings, being_id, story, items, report, llm, run_id, trigge
     def build(body: str, lines: str):
         if not body:
             return narrative_bootstrap.build(being_id, soul, lines, max_tokens=answer_tokens)
+        # The citations are bookkeeping, not story: the model neither reads nor imitates them.
+        body = CITATION.sub("", body)
         return narrative_incremental.build(being_id, soul, body, lines, max_tokens=answer_tokens)
 
     def room(body: str) -> int:
@@ -664,7 +693,9 @@ def _with_llm(con, settings, being_id, story, items, report, llm, run_id, trigge
             log(f"{being_id}: batch {n} failed, STORY.md and its anchor unchanged: {exc}")
             break
         current = Story(body, story.anchor)
-        new_body = _with_chapters(current, being_id, [render_chapter(*c) for c in chapters], mechanical=False)
+        cites = _cite(chapters, batch)
+        rendered = [render_chapter(*c, cited) for c, cited in zip(chapters, cites, strict=True)]
+        new_body = _with_chapters(current, being_id, rendered, mechanical=False)
         new_body, more = condense(new_body, settings.narrative_max_words, summarise)
         report.summarised += condensed + more
         new = Story(new_body, batch[-1].ts)
@@ -688,6 +719,21 @@ def _with_llm(con, settings, being_id, story, items, report, llm, run_id, trigge
         log(f"{being_id}: batch {n} narrated {len(batch)} episodes, anchor {_iso(new.anchor)}, {left} left")
 
 
+def _cite(chapters: list[tuple[str, str, str]], batch: list[Item]) -> list[list[str]]:
+    """The episodes each chapter of a batch tells: those from its time to the next chapter's (the
+    first chapter also those before it). A chapter dated out of order cites the batch's span it
+    covers in time order, so every episode of the batch is cited by some chapter."""
+    starts = sorted({c[0] for c in chapters})
+    cited: dict[str, list[str]] = {s: [] for s in starts}
+    for item in batch:
+        if not item.ref or item.ref.startswith("legacy:"):
+            continue
+        when = f"{item.ts:%Y-%m-%d %H:%M}"
+        at = max((s for s in starts if s <= when), default=starts[0])
+        cited[at].append(item.ref)
+    return [cited[c[0]] for c in chapters]
+
+
 def _valid_chapters(answer, soul: str, batch: list[Item]) -> list[tuple[str, str, str]]:
     """(when, title, text) of each chapter, or ValueError: nothing invalid reaches STORY.md.
 
@@ -705,7 +751,7 @@ def _valid_chapters(answer, soul: str, batch: list[Item]) -> list[tuple[str, str
         when = datetime.strptime(c.when, "%Y-%m-%d %H:%M")
         if not lo <= when <= hi:
             when = batch[0].ts
-        text = _strip_identity(c.text, soul)
+        text = _strip_identity(CITATION.sub("", c.text), soul)
         if not text or not c.title.strip():
             raise ValueError("a chapter is empty once identity lines are removed")
         out.append((f"{when:%Y-%m-%d %H:%M}", c.title.strip(), text))
@@ -742,6 +788,22 @@ def place_personas(
         )
         placed.append(rel)
     return placed
+
+
+def outline(settings: Settings, being_id: str, last: int = 12) -> str:
+    """STORY.md without its content, for run metadata: its newest chapters' dates, words and tokens."""
+    story = read_story(settings, being_id)
+    if not story.body:
+        return ""
+    _, blocks = _split_chapters(story.body)
+    rows = [
+        f"| {CHAPTER.search(b).group(1)} | {word_count(b)} | {estimate_tokens(b)} |" for b in blocks[-last:]
+    ]
+    return (
+        f"{being_id}/STORY.md: {len(blocks)} chapters, {word_count(story.body)} words, "
+        f"LAST_PROCESSED {_iso(story.anchor)}\n\n| chapter | words | tokens (est.) |\n|---|---|---|\n"
+        + "\n".join(rows)
+    )
 
 
 def workspace_summary(settings: Settings) -> str:

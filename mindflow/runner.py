@@ -22,7 +22,7 @@ from mindflow.errors import MindflowError
 from mindflow.inbox import pending_days, plan_ranges, validate_being_id
 from mindflow.models import utcnow
 
-JOBS = ("ingest", "extraction", "patrol", "decay", "narrative", "audit_digest", "ebook_reindex")
+JOBS = ("ingest", "extraction", "patrol", "decay", "narrative", "audit_digest", "ebook_reindex", "forget")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DAGSTER_YAML = """\
 # Written by mindflow: the local Dagster instance of this MINDFLOW_HOME.
@@ -76,6 +76,7 @@ SUMMARY_KEYS = {
     "core_memory": ("modes", "max_tokens", "pinned"),
     "audit_archive": ("digested", "months", "pruned_table_rows"),
     "ebook_chunks": ("documents", "chunks", "new", "changed", "removed", "failed", "seconds"),
+    "erasures": ("proposals", "refs", "episodes", "lance_rows", "commits_rewritten", "seconds"),
 }
 
 
@@ -258,6 +259,10 @@ def run_job(
     elif job == "ebook_reindex":
         if being is not None or partition:
             raise MindflowError("ebook_reindex covers the whole ebook folder; drop --being and --partition")
+        runs.append(("all", {}))
+    elif job == "forget":
+        if being is not None or partition:
+            raise MindflowError("forget erases every approved permanent forget; drop --being and --partition")
         runs.append(("all", {}))
     elif job == "audit_digest":
         if being is not None:

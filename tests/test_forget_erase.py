@@ -1,0 +1,367 @@
+"""The permanent forget: a confirmed delete erased from every store under MINDFLOW_HOME by the `forget` job.
+
+One world per module, built through the real jobs (ingest, patrol, narrative, decay on a local
+Dagster instance, the real model) and a real server whose recalls leave events; each test
+works on its own copy of that MINDFLOW_HOME.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import httpx
+import pytest
+
+from mindflow import audit, lance, store
+from mindflow.config import Settings, load_settings
+from mindflow.loop import forget
+from mindflow.loop.proposals import ProposalStore
+from mindflow.runner import run_job
+
+REPO = Path(__file__).resolve().parent.parent
+MINDFLOW = REPO / ".venv" / "bin" / "mindflow"
+TOKEN = "token-for-erase"
+PHRASE = "ZEBRA-7731-QX"
+SECRET = f"Note to self: the quokka vault code is {PHRASE}, keep it safe."
+ADA = [
+    ("a01", "2026-01-05T09:00:00Z", "Lena's sister Maja had knee surgery at the Vienna clinic.", "event"),
+    ("a02", "2026-01-05T10:00:00Z", SECRET, "fact"),
+    ("a03", "2026-01-05T11:00:00Z", "Lena adopted a grey cat called Pixel from the shelter.", "event"),
+    ("a04", "2026-01-12T09:00:00Z", "Lena decided to learn the cello this spring.", "decision"),
+    ("a05", "2026-01-20T09:00:00Z", "Lena's favourite tea is smoked lapsang souchong.", "preference"),
+]
+BRAM = [("b01", "2026-01-10T07:00:00Z", "Tomas keeps his bicycle in the cellar.", "fact")]
+
+
+def _write(inbox: Path, being: str, rows) -> None:
+    path = inbox / being / "episodes.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"id": i, "ts": ts, "speaker": "Lena", "text": t, "kind": k}) for i, ts, t, k in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {"MINDFLOW_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+
+
+def _refs(settings: Settings) -> dict[str, str]:
+    """episode id -> memory ref, from LanceDB `memories`."""
+    table = lance.connect(settings.lance_path).open_table("memories")
+    rows = table.search().select(["memory_ref", "source_episode_ids"]).limit(None).to_arrow().to_pylist()
+    return {r["source_episode_ids"][0]: r["memory_ref"] for r in rows}
+
+
+def _recall(settings: Settings, query: str, being: str = "ada") -> list[str]:
+    from mindflow.api import create_app
+    from mindflow.api.server import BackgroundServer
+    from mindflow.recall import RecallConfig
+
+    config = RecallConfig.for_model(settings.embedding_model, min_similarity=0.1)
+    app = create_app(settings, recall_config=config, tokens={TOKEN: "*"})
+    with BackgroundServer(app) as server:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
+            response = c.post(f"/v1/beings/{being}/recall", json={"query": query, "k": 10})
+            assert response.status_code == 200, response.text
+            return [m["memory_ref"] for m in response.json()["memories"]]
+
+
+@dataclass
+class World:
+    home: Path
+    refs: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, embedder) -> World:
+    """Two beings through ingest, patrol, narrative and decay; recalls served, so events exist."""
+    home = tmp_path_factory.mktemp("erase") / "home"
+    home.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in _env(home).items():
+            mp.setenv(k, v)
+        settings = load_settings()
+        _write(settings.inbox, "ada", ADA)
+        _write(settings.inbox, "bram", BRAM)
+        for job in ("ingest", "patrol", "narrative", "decay"):
+            run_job(settings, job)
+        refs = _refs(settings)
+        assert refs["a02"] in _recall(settings, "quokka vault code")
+        assert refs["a03"] in _recall(settings, "grey cat from the shelter")
+    return World(home, refs)
+
+
+@pytest.fixture
+def copy(world, home) -> Settings:
+    """A private copy of the world's MINDFLOW_HOME (the `home` fixture points the environment at it)."""
+    shutil.copytree(world.home, home, dirs_exist_ok=True)
+    return load_settings()
+
+
+def _confirm_permanent(settings: Settings, query: str = "quokka vault code") -> str:
+    proposal = forget.propose(settings, "ada", query)
+    assert proposal.payload["candidates"], "the forget found nothing"
+    decided = forget.confirm(settings, "ada", proposal.proposal_id, permanent=True)
+    assert decided.mark is not None and decided.mark.op == "delete"
+    return proposal.proposal_id
+
+
+def _grep(home: Path, phrase: str) -> str:
+    """The real grep over every byte under MINDFLOW_HOME: the files that hold the phrase."""
+    proc = subprocess.run(["grep", "-r", "-a", "-i", "-l", phrase, str(home)], capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.stdout
+
+
+def _duckdb_hits(settings: Settings, phrase: str) -> list[str]:
+    con = duckdb.connect(str(settings.duckdb_path), read_only=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+        return [
+            t
+            for t in tables
+            if any(
+                phrase.lower() in str(row).lower() for row in con.execute(f'SELECT * FROM "{t}"').fetchall()
+            )
+        ]
+    finally:
+        con.close()
+
+
+def _lance_hits(settings: Settings, phrase: str) -> list[str]:
+    db = lance.connect(settings.lance_path)
+    return [
+        name
+        for name in db.table_names()
+        if phrase.lower() in str(db.open_table(name).to_arrow().to_pylist()).lower()
+    ]
+
+
+def _git(settings: Settings, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=settings.workspace, capture_output=True, check=True
+    ).stdout.decode("utf-8", "replace")
+
+
+def _everything_gone(settings: Settings) -> None:
+    for phrase in (PHRASE, "quokka vault"):
+        assert _grep(settings.resolved_home, phrase) == "", f"{phrase!r} still under MINDFLOW_HOME"
+        assert _duckdb_hits(settings, phrase) == []
+        assert _lance_hits(settings, phrase) == []
+        assert phrase.lower() not in _git(settings, "log", "--all", "-p").lower()
+        objects = subprocess.run(
+            ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=settings.workspace, capture_output=True
+        ).stdout
+        assert phrase.lower().encode() not in objects.lower()
+
+
+def _node_count(settings: Settings) -> dict[str, int]:
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        return dict(con.execute("SELECT being_id, count(*) FROM nodes GROUP BY 1").fetchall())
+
+
+def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
+    settings = copy
+    secret_ref = world.refs["a02"]
+    story = settings.workspace / "ada" / "STORY.md"
+    assert PHRASE in story.read_text() and PHRASE in (settings.workspace / "ada" / "MEMORY.md").read_text()
+    # A story written before chapters cited their episodes: the time window finds the chapter.
+    from mindflow import narrative
+
+    old = narrative.CITATION.sub("", story.read_text())
+    audit.write_file(
+        settings,
+        "ada/STORY.md",
+        old,
+        action="EDIT",
+        summary="older story",
+        actor="test",
+        trigger="test",
+        run_id=None,
+    )
+    nodes_before = _node_count(settings)
+    proposal_id = _confirm_permanent(settings)
+    assert _grep(settings.resolved_home, PHRASE)  # still there until the job runs
+
+    [summary] = run_job(settings, "forget")
+    assert summary.success and "erasures:" in summary.changes
+
+    _everything_gone(settings)
+    # Unrelated memories all stay, and are recalled.
+    assert _node_count(settings) == {"ada": nodes_before["ada"] - 1, "bram": nodes_before["bram"]}
+    refs = _refs(settings)
+    assert secret_ref not in refs.values()
+    assert {k: v for k, v in world.refs.items() if k != "a02"} == refs
+    assert world.refs["a03"] in _recall(settings, "grey cat from the shelter")
+    # STORY.md still tells the rest of that day, and the chapter now cites its episodes.
+    text = story.read_text()
+    assert text.startswith("<!-- LAST_PROCESSED") and "# The story of ada" in text
+    assert "Pixel" in text and "Maja" in text and "cello" in text
+    chapters = narrative.read_story(settings, "ada").chapters
+    assert len(chapters) == 3
+    assert '<!-- episodes: ["a01", "a03"] -->' in text
+    assert "cello" in (settings.workspace / "ada" / "MEMORY.md").read_text()  # rebuilt, the rest kept
+
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        rows = con.execute(
+            "SELECT actor, approval, summary FROM audit_log WHERE action = 'DELETE'"
+        ).fetchall()
+        tombstone = con.execute(
+            "SELECT before, after, actor FROM history WHERE memory_ref = ? AND operation = 'deleted'",
+            [secret_ref],
+        ).fetchall()
+        kept_history = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE before IS NOT NULL OR after IS NOT NULL) FROM history "
+            "WHERE memory_ref = ?",
+            [secret_ref],
+        ).fetchone()
+        episodes = con.execute("SELECT episode_id FROM episodes WHERE being_id = 'ada' ORDER BY 1").fetchall()
+    [(actor, approval, audit_summary)] = rows
+    assert (actor, approval) == ("user", "user")
+    assert secret_ref in audit_summary and proposal_id in audit_summary
+    assert hashlib.sha256(SECRET.encode()).hexdigest() in audit_summary
+    assert tombstone == [(None, None, "user")]
+    assert kept_history[0] > 1 and kept_history[1] == 0  # when and what happened, not what it held
+    assert [e[0] for e in episodes] == ["a01", "a03", "a04", "a05"]
+    log = _git(settings, "log", "--all", "--format=%B")
+    assert "[DELETE] table:nodes" in log and "Actor: user\nApproval: user" in log
+    # The proposal is applied and keeps only hashes.
+    proposal = ProposalStore(settings.proposals).get("ada", proposal_id)
+    assert proposal.applied_at is not None
+    assert all(c["text"].startswith("sha256:") for c in proposal.payload["candidates"])
+
+    # A backfill of those days reads the rewritten done file: the episode does not come back.
+    run_job(settings, "ingest", partition="2026-01-01...2026-01-31")
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM episodes WHERE being_id = 'ada'").fetchone()[0] == 4
+    assert _grep(settings.resolved_home, PHRASE) == ""
+
+    # Rollback still works on the rewritten history.
+    history = audit.file_history(settings, "ada/STORY.md")
+    restored, changed = audit.rollback(settings, "ada/STORY.md", to=history[-1][0])
+    assert changed and PHRASE not in story.read_text()
+
+    # The same job again: nothing waits, nothing changes.
+    head = _git(settings, "rev-parse", "HEAD")
+    [again] = run_job(settings, "forget")
+    assert again.success and _git(settings, "rev-parse", "HEAD") == head
+
+
+def _consistent(settings: Settings, world: World) -> None:
+    """After a kill: every store opens, and every other memory is whole in DuckDB and LanceDB."""
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        nodes = {r[0] for r in con.execute("SELECT node_id FROM nodes").fetchall()}
+        episodes = {r[0] for r in con.execute("SELECT episode_id FROM episodes").fetchall()}
+    published = set(_refs(settings).values())
+    for episode, ref in world.refs.items():
+        if episode == "a02":
+            continue
+        assert ref in nodes and ref in published and episode in episodes
+
+
+def _progress(settings: Settings, world: World) -> set[str]:
+    """Which stores no longer hold the deleted memory (a kill between steps leaves some)."""
+    done = set()
+    if world.refs["a02"] not in _refs(settings).values():
+        done.add("lance")
+    if PHRASE not in (settings.workspace / "ada" / "STORY.md").read_text():
+        done.add("workspace")
+    if PHRASE not in _git(settings, "log", "--all", "-p"):
+        done.add("git")
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        if not con.execute("SELECT count(*) FROM episodes WHERE episode_id = 'a02'").fetchone()[0]:
+            done.add("duckdb")
+    return done
+
+
+def test_a_killed_forget_run_finishes_when_run_again(copy, world):
+    settings = copy
+    proposal_id = _confirm_permanent(settings)
+    env = {**os.environ, **_env(settings.resolved_home), "HF_HUB_OFFLINE": "1"}
+    # A run takes ~3 s here, most of it starting Dagster: kills from early in the erase to its end,
+    # each run starting over from what the killed ones left.
+    midway = []
+    for offset in [1.8 + 0.15 * i for i in range(16)]:
+        proc = subprocess.Popen(
+            [str(MINDFLOW), "run", "forget"],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            proc.wait(timeout=offset)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _consistent(settings, world)
+        if ProposalStore(settings.proposals).get("ada", proposal_id).applied_at is not None:
+            break
+        midway.append(_progress(settings, world))
+    assert any(midway) and len(set(map(frozenset, midway))) >= 2, midway  # kills at different steps
+    run_job(settings, "forget")
+    assert ProposalStore(settings.proposals).get("ada", proposal_id).applied_at is not None
+    _everything_gone(settings)
+    _consistent(settings, world)
+    assert not list(settings.resolved_home.glob("*.erase-tmp*"))
+
+
+def test_a_run_with_nothing_approved_changes_nothing(copy):
+    settings = copy
+    from mindflow.loop.erase import erase_all
+
+    db_file = settings.duckdb_path.stat()
+    versions = {
+        name: len(lance.connect(settings.lance_path).open_table(name).list_versions())
+        for name in lance.connect(settings.lance_path).table_names()
+    }
+    head = _git(settings, "rev-parse", "HEAD")
+    started = time.monotonic()
+    report = erase_all(settings)
+    assert time.monotonic() - started < 0.5 and report.proposals == 0 and report.steps == []
+    [summary] = run_job(settings, "forget")
+    assert summary.success
+    after = settings.duckdb_path.stat()
+    assert (after.st_mtime_ns, after.st_size) == (db_file.st_mtime_ns, db_file.st_size)
+    assert versions == {
+        name: len(lance.connect(settings.lance_path).open_table(name).list_versions()) for name in versions
+    }
+    assert _git(settings, "rev-parse", "HEAD") == head
+
+
+def test_the_sensor_asks_for_one_run_per_approved_permanent_forget(settings):
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from definitions import defs
+    from sensors.forget import forget_sensor
+
+    assert forget_sensor.minimum_interval_seconds <= 30
+    assert forget_sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert defs.resolve_job_def("forget") is not None
+    store_ = ProposalStore(settings.proposals)
+    with dg.DagsterInstance.ephemeral() as instance:
+
+        def evaluate():
+            return forget_sensor(dg.build_sensor_context(instance=instance))
+
+        assert isinstance(evaluate(), dg.SkipReason)
+        soft = store_.create("ada", "forget", {"candidates": [], "permanent": False}, "user")
+        store_.decide("ada", soft.proposal_id, "approved", "user")
+        assert isinstance(evaluate(), dg.SkipReason)  # a soft forget needs no run
+        hard = store_.create("ada", "forget", {"candidates": [], "permanent": True}, "user")
+        assert isinstance(evaluate(), dg.SkipReason)  # pending: nobody confirmed it
+        store_.decide("ada", hard.proposal_id, "approved", "user")
+        first, second = evaluate(), evaluate()
+        assert isinstance(first, dg.RunRequest) and first.run_key == second.run_key
+        store_.mark_applied("ada", hard.proposal_id, "run-1")
+        assert isinstance(evaluate(), dg.SkipReason)
