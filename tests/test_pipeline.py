@@ -140,6 +140,7 @@ def test_definitions_load_and_every_asset_is_described():
         "core_memory",
         "audit_archive",
         "ebook_chunks",
+        "erasures",
     }
     for name, spec in specs.items():
         assert spec.description and spec.description.strip(), name
@@ -148,7 +149,7 @@ def test_definitions_load_and_every_asset_is_described():
     graph = defs.resolve_asset_graph()
     declared = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
     assert declared == {*CHECKS, *OTHER_CHECKS}
-    for job in ("ingest", "patrol", "decay", "extraction", "narrative", "audit_digest", "ebook_reindex"):
+    for job in ("ingest", "patrol", "decay", "extraction", "narrative", "audit_digest", "ebook_reindex", "forget"):
         assert defs.resolve_job_def(job).description
 
 
