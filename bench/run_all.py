@@ -13,6 +13,7 @@ BENCHMARKS = [
     "bench_ebooks.py",
     "bench_llm.py",
     "bench_llm_hang.py",
+    "bench_forget.py",
 ]
 
 if __name__ == "__main__":
