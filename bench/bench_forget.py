@@ -72,7 +72,8 @@ def run(home: Path) -> int:
     size = settings.duckdb_path.stat().st_size
 
     def grep() -> list[str]:
-        out = subprocess.run(["grep", "-r", "-a", "-i", "-l", PHRASE, str(home)], capture_output=True, text=True)
+        cmd = ["grep", "-r", "-a", "-i", "-l", PHRASE, str(home)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
         return [str(Path(p).relative_to(home)) for p in out.stdout.split()]
 
     before = grep()
@@ -90,7 +91,8 @@ def run(home: Path) -> int:
         event = instance.get_latest_materialization_event(dg.AssetKey("erasures"))
         meta = {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
-    print(f"LoCoMo dev: {len(counts)} beings, {episodes} episodes, {nodes} memories; DuckDB {size / 1e6:.1f} MB")
+    print(f"LoCoMo dev: {len(counts)} beings, {episodes} episodes, {nodes} memories")
+    print(f"DuckDB file before: {size / 1e6:.1f} MB")
     print(f"setup (ingest + patrol + narrative): {setup:.1f} s")
     print(f"forget, nothing approved (no-op):    {noop:.2f} s")
     print(
@@ -102,9 +104,13 @@ def run(home: Path) -> int:
     print(
         f"erased: {meta['refs']} refs, {meta['episodes']} episodes, {meta['lance_rows']} LanceDB rows, "
         f"{meta['lance_versions_removed']} LanceDB versions removed, {meta['inbox_lines']} inbox lines, "
-        f"{meta['chapters_renarrated']} chapters narrated again, {meta['commits_rewritten']} commits rewritten"
+        f"{meta['chapters_renarrated']} chapters narrated again, "
+        f"{meta['commits_rewritten']} commits rewritten"
     )
-    print(f"grep -r -a -i {PHRASE} MINDFLOW_HOME: before {len(before)} files ({', '.join(before[:6])}), after {len(after)}")
+    print(
+        f"grep -r -a -i {PHRASE} MINDFLOW_HOME: before {len(before)} files "
+        f"({', '.join(before[:6])}), after {len(after)}"
+    )
     return 1 if after or not before else 0
 
 
