@@ -197,6 +197,17 @@ def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
     assert summary.success and "erasures:" in summary.changes
 
     _everything_gone(settings)
+    # Each step once more on the finished erase: each finds nothing left to do.
+    from mindflow.loop.erase import STEPS, erase
+
+    head = _git(settings, "rev-parse", "HEAD")
+    applied = ProposalStore(settings.proposals).get("ada", proposal_id)
+    with store.connect(settings.duckdb_path) as con:
+        again = erase(settings, con, "ada", [applied], run_id="again")
+    assert again.steps == list(STEPS[:8])
+    work = {k: v for k, v in again.counts().items() if k not in ("proposals", "refs", "episodes", "seconds")}
+    assert not any(work.values()), work
+    assert _git(settings, "rev-parse", "HEAD") == head
     # Unrelated memories all stay, and are recalled.
     assert _node_count(settings) == {"ada": nodes_before["ada"] - 1, "bram": nodes_before["bram"]}
     refs = _refs(settings)

@@ -556,6 +556,9 @@ def _rewrite_without(table, name: str, column: str, ids: set[str], being_id: str
     mask = pc.is_in(data[column], value_set=pa.array(sorted(ids), pa.string()))
     if "being_id" in data.column_names:
         mask = pc.and_(mask, pc.equal(data["being_id"], being_id))
+    if name == "memory_history":
+        # Rows already without content (scrubbed, tombstones) stay: they are what survives.
+        mask = pc.and_(mask, pc.or_(pc.is_valid(data["before"]), pc.is_valid(data["after"])))
     removed = int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
     if not removed:
         return 0
@@ -924,7 +927,9 @@ def erase_duckdb(
     if settings.lance_path.is_dir():
         from mindflow import memory_history
 
-        memory_history.publish(con, lance.connect(settings.lance_path), now)
+        db = lance.connect(settings.lance_path)
+        if memory_history.publish(con, db, now).appended:
+            _cleanup(db.open_table(memory_history.TABLE))  # one version, as step 4 left it
 
 
 # --------------------------------------------------------------------------- 9. the DuckDB file
