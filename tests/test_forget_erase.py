@@ -44,11 +44,14 @@ ADA = [
 BRAM = [("b01", "2026-01-10T07:00:00Z", "Tomas keeps his bicycle in the cellar.", "fact")]
 
 
-def _write(inbox: Path, being: str, rows) -> None:
-    path = inbox / being / "episodes.jsonl"
+def _lines(rows) -> list[str]:
+    return [json.dumps({"id": i, "ts": ts, "speaker": "Lena", "text": t, "kind": k}) for i, ts, t, k in rows]
+
+
+def _write(inbox: Path, being: str, rows, extra: tuple[str, ...] = (), name: str = "episodes.jsonl") -> None:
+    path = inbox / being / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"id": i, "ts": ts, "speaker": "Lena", "text": t, "kind": k}) for i, ts, t, k in rows]
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join([*_lines(rows), *extra]) + "\n")
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -91,7 +94,9 @@ def world(tmp_path_factory, embedder) -> World:
         for k, v in _env(home).items():
             mp.setenv(k, v)
         settings = load_settings()
-        _write(settings.inbox, "ada", ADA)
+        # A copy of the secret with a broken time: quarantined, its raw line kept.
+        broken = json.dumps({"id": "a99", "ts": "the day before yesterday", "text": SECRET})
+        _write(settings.inbox, "ada", ADA, extra=(broken,))
         _write(settings.inbox, "bram", BRAM)
         for job in ("ingest", "patrol", "narrative", "decay"):
             run_job(settings, job)
@@ -189,6 +194,10 @@ def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
         trigger="test",
         run_id=None,
     )
+    assert any(PHRASE in p.read_text() for p in (settings.inbox / ".quarantine" / "ada").iterdir())
+    # The secret sent again, waiting in the inbox beside a new episode.
+    a06 = ("a06", "2026-01-21T09:00:00Z", "Lena booked a train to Graz for the weekend.", "event")
+    _write(settings.inbox, "ada", [ADA[1], a06], name="resent.jsonl")
     nodes_before = _node_count(settings)
     proposal_id = _confirm_permanent(settings)
     assert _grep(settings.resolved_home, PHRASE)  # still there until the job runs
@@ -251,10 +260,12 @@ def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
     assert proposal.applied_at is not None
     assert all(c["text"].startswith("sha256:") for c in proposal.payload["candidates"])
 
-    # A backfill of those days reads the rewritten done file: the episode does not come back.
+    # A backfill of those days reads the rewritten done file, and the waiting file: the secret
+    # does not come back, the new episode comes in.
     run_job(settings, "ingest", partition="2026-01-01...2026-01-31")
     with store.connect(settings.duckdb_path, read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM episodes WHERE being_id = 'ada'").fetchone()[0] == 4
+        ids = con.execute("SELECT episode_id FROM episodes WHERE being_id = 'ada' ORDER BY 1").fetchall()
+    assert [i[0] for i in ids] == ["a01", "a03", "a04", "a05", "a06"]
     assert _grep(settings.resolved_home, PHRASE) == ""
 
     # Rollback still works on the rewritten history.
@@ -376,3 +387,34 @@ def test_the_sensor_asks_for_one_run_per_approved_permanent_forget(settings):
         assert isinstance(first, dg.RunRequest) and first.run_key == second.run_key
         store_.mark_applied("ada", hard.proposal_id, "run-1")
         assert isinstance(evaluate(), dg.SkipReason)
+
+
+def test_the_duckdb_file_is_copied_whole_and_swapped(settings):
+    from mindflow.loop.erase import REWRITE_SUFFIX, rewrite_duckdb
+
+    with store.connect(settings.duckdb_path) as con:
+        con.execute(
+            "INSERT INTO audit_log (audit_id, ts, action, target, actor) VALUES ('a-1', now(), 'EDIT', 'x', 'me')"
+        )
+        schema = con.execute(
+            "SELECT (SELECT list(index_name ORDER BY index_name) FROM duckdb_indexes()), "
+            "(SELECT count(*) FROM duckdb_constraints()), (SELECT max(version) FROM schema_version)"
+        ).fetchone()
+    # A copy left by a run killed before its rename is never taken for the database.
+    leftover = settings.duckdb_path.with_name(settings.duckdb_path.name + REWRITE_SUFFIX)
+    leftover.write_bytes(b"half a copy")
+    before, after, _ = rewrite_duckdb(settings)
+    assert before and after and not leftover.exists()
+    assert sorted(p.name for p in settings.resolved_home.iterdir()) == [
+        "mindflow.duckdb",
+        "mindflow.duckdb.lock",
+    ]
+    with store.connect(settings.duckdb_path) as con:
+        assert (
+            con.execute(
+                "SELECT (SELECT list(index_name ORDER BY index_name) FROM duckdb_indexes()), "
+                "(SELECT count(*) FROM duckdb_constraints()), (SELECT max(version) FROM schema_version)"
+            ).fetchone()
+            == schema
+        )
+        assert con.execute("SELECT actor FROM audit_log WHERE audit_id = 'a-1'").fetchall() == [("me",)]
