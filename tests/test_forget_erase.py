@@ -279,6 +279,42 @@ def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
     assert again.success and _git(settings, "rev-parse", "HEAD") == head
 
 
+@pytest.mark.timeout(300)
+def test_with_a_narrative_model_the_chapter_is_told_again_by_it_without_the_secret(copy, llm_server):
+    settings = copy
+    llm_server.configure(MINDFLOW_LLM_MAX_RETRIES="0")
+    prompts: list[str] = []
+
+    def answer(request):
+        prompts.append(request.prompt_text)
+        if "core memory" in request.prompt_text:
+            return {
+                "identity": "I am ada.",
+                "active_context": ["Pixel"],
+                "persona": ["Calm"],
+                "critical_facts": ["-"],
+            }
+        return {
+            "chapters": [{"when": "2026-01-05 09:00", "title": "Surgery and a cat", "text": "A told day."}]
+        }
+
+    llm_server.responder = answer
+    _confirm_permanent(settings)
+    [summary] = run_job(settings, "forget")
+    assert summary.success
+    _everything_gone(settings)
+    story = (settings.workspace / "ada" / "STORY.md").read_text()
+    assert (
+        '### [2026-01-05 09:00] Surgery and a cat\n\nA told day.\n\n<!-- episodes: ["a01", "a03"] -->'
+        in story
+    )
+    assert "cello" in story  # the other chapters as they were
+    assert "I am ada." in (settings.workspace / "ada" / "MEMORY.md").read_text()
+    # The model was shown the day's other episodes, never the deleted one.
+    told = [p for p in prompts if "Pixel" in p and "Maja" in p]
+    assert told and not any(PHRASE in p or "quokka" in p for p in prompts)
+
+
 def _consistent(settings: Settings, world: World) -> None:
     """After a kill: every store opens, and every other memory is whole in DuckDB and LanceDB."""
     with store.connect(settings.duckdb_path, read_only=True) as con:

@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -179,8 +180,14 @@ def pending(settings: Settings) -> dict[str, list[Proposal]]:
     return out
 
 
-def erase_all(settings: Settings, run_id: str | None = None) -> EraseReport:
-    """Carry out every approved permanent forget; nothing waiting costs a few file reads."""
+def erase_all(
+    settings: Settings, run_id: str | None = None, narrator: Callable[[], object | None] | None = None
+) -> EraseReport:
+    """Carry out every approved permanent forget; nothing waiting costs a few file reads.
+
+    `narrator` gives the narrative model (or None), asked for only when there is work: chapters
+    are narrated again and MEMORY.md rebuilt with it; without one, mechanically.
+    """
     started = time.monotonic()
     total = EraseReport()
     remove_leftover(settings)
@@ -188,9 +195,10 @@ def erase_all(settings: Settings, run_id: str | None = None) -> EraseReport:
     if not waiting:
         total.seconds = round(time.monotonic() - started, 3)
         return total
+    llm = narrator() if narrator is not None else None
     with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s) as con:
         for being_id, proposals in waiting.items():
-            report = erase(settings, con, being_id, proposals, run_id)
+            report = erase(settings, con, being_id, proposals, run_id, llm=llm)
             total.add(report)
             total.steps = report.steps
     # The connection is closed: the file can be swapped.
@@ -211,6 +219,8 @@ def erase(
     being_id: str,
     proposals: list[Proposal],
     run_id: str | None = None,
+    *,
+    llm=None,
 ) -> EraseReport:
     """Steps 1-8 for one being (the ones that need a DuckDB connection), in their order."""
     report = EraseReport(proposals=len(proposals))
@@ -223,7 +233,7 @@ def erase(
     report.steps.append("events")
     erase_lance(settings, plan, report)
     report.steps.append("lance")
-    erase_workspace(con, settings, plan, report, run_id)
+    erase_workspace(con, settings, plan, report, run_id, llm)
     report.steps.append("workspace")
     audit_deletion(con, settings, plan, run_id)
     report.steps.append("audit")
@@ -588,18 +598,23 @@ def _reindex(table, name: str, indexes: list[tuple[str, list[str]]]) -> None:
 
 
 def erase_workspace(
-    con: duckdb.DuckDBPyConnection, settings: Settings, plan: Plan, report: EraseReport, run_id: str | None
+    con: duckdb.DuckDBPyConnection,
+    settings: Settings,
+    plan: Plan,
+    report: EraseReport,
+    run_id: str | None,
+    llm=None,
 ) -> None:
     folder = settings.workspace / plan.being_id
     if not folder.is_dir():
         return
     matcher = plan.matcher
-    report.chapters_renarrated += renarrate_story(con, settings, plan, matcher, run_id)
+    report.chapters_renarrated += renarrate_story(con, settings, plan, matcher, run_id, llm)
     if (folder / "MEMORY.md").is_file():
         from mindflow.core_memory import build_core_memory
 
         # The delete mark hides the episodes and memories; the rebuild leaves them out.
-        build_core_memory(con, settings, plan.being_id, run_id=run_id, trigger="forget job")
+        build_core_memory(con, settings, plan.being_id, llm=llm, run_id=run_id, trigger="forget job")
     if not matcher:
         return
     from mindflow import audit
@@ -628,14 +643,21 @@ def erase_workspace(
 
 
 def renarrate_story(
-    con: duckdb.DuckDBPyConnection, settings: Settings, plan: Plan, matcher: Matcher, run_id: str | None
+    con: duckdb.DuckDBPyConnection,
+    settings: Settings,
+    plan: Plan,
+    matcher: Matcher,
+    run_id: str | None,
+    llm=None,
 ) -> int:
     """Narrate again, without the deleted episodes, each STORY.md chapter that tells one; returns how many.
 
     A chapter tells the episodes it cites (chapters written since citations exist), else
     those of its time window: from its time to the next chapter's (the last: to the anchor).
     A condensed chapter ("Earlier chapters, condensed") only loses its lines that hold a
-    deleted text. Chapters are narrated again mechanically, and cite their episodes.
+    deleted text. With `llm` the narrative model writes the chapter again from the episodes
+    that stay (it never sees a deleted one); without one, or when it fails, it is written
+    mechanically. Either way the new chapter cites its episodes.
     """
     from mindflow import audit, narrative
 
@@ -658,10 +680,13 @@ def renarrate_story(
                 told = cited
             else:
                 end = starts[n + 1] if n + 1 < len(starts) else None
+                # Episodes past the anchor are not narrated yet: no chapter tells them.
                 told = [
                     ref
                     for ref, ts in [*((i.ref, i.ts) for i in items.values()), *plan.episodes.items()]
-                    if ts is not None and starts[n] <= ts and (end is None or ts < end)
+                    if ts is not None
+                    and starts[n] <= ts
+                    and (ts < end if end is not None else story.anchor is None or ts <= story.anchor)
                 ]
             if not (set(told) & deleted) and not (matcher and matcher.holds(block)):
                 out.append(block)
@@ -672,8 +697,8 @@ def renarrate_story(
                 key=lambda i: (i.ts, i.ref),
             )
             if kept:
-                chapter, _title = narrative.mechanical_chapter(kept)
-                out.append(chapter)
+                chapter = _with_model(llm, settings, plan.being_id, kept) if llm is not None else None
+                out.append(chapter or narrative.mechanical_chapter(kept)[0])
         body = (preamble + "\n\n" if preamble else "") + "\n".join(out)
         if matcher:
             body = matcher.scrub(body)[0]  # a line the rules above missed (a quote in the preamble)
@@ -693,6 +718,25 @@ def renarrate_story(
             con=con,
         )
     return renarrated
+
+
+def _with_model(llm, settings: Settings, being_id: str, items) -> str | None:
+    """The chapters the narrative model writes from `items` alone, citing them; None when it fails."""
+    from mindflow import narrative
+    from mindflow.llm import LLMError
+    from mindflow.prompts import narrative_bootstrap
+
+    soul = narrative.read_soul(settings, being_id)
+    lines = "\n".join(i.line() for i in items)
+    try:
+        answer = llm.complete(
+            narrative_bootstrap.build(being_id, soul, lines, max_tokens=narrative.ANSWER_TOKENS)
+        )
+        chapters = narrative._valid_chapters(answer, soul, items)
+    except (LLMError, MindflowError, ValueError, AttributeError, TypeError):
+        return None
+    cites = narrative._cite(chapters, items)
+    return "\n".join(narrative.render_chapter(*c, cited) for c, cited in zip(chapters, cites, strict=True))
 
 
 def _items(con: duckdb.DuckDBPyConnection, settings: Settings, being_id: str):
