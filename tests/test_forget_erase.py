@@ -349,7 +349,7 @@ def test_a_killed_forget_run_finishes_when_run_again(copy, world):
     # A run takes ~3 s here, most of it starting Dagster: kills from early in the erase to its end,
     # each run starting over from what the killed ones left.
     midway = []
-    for offset in [1.8 + 0.15 * i for i in range(16)]:
+    for offset in [2.0 + 0.25 * i for i in range(20)]:
         proc = subprocess.Popen(
             [str(MINDFLOW), "run", "forget"],
             env=env,
@@ -397,15 +397,15 @@ def test_a_run_with_nothing_approved_changes_nothing(copy):
     assert _git(settings, "rev-parse", "HEAD") == head
 
 
-def test_the_sensor_asks_for_one_run_per_approved_permanent_forget(settings):
+def test_the_sensor_asks_for_one_run_per_approved_permanent_forget_and_again_after_a_failure(settings):
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from definitions import defs
-    from sensors.forget import forget_sensor
+    from sensors.forget import TAG, forget_sensor
 
     assert forget_sensor.minimum_interval_seconds <= 30
     assert forget_sensor.default_status == dg.DefaultSensorStatus.RUNNING
-    assert defs.resolve_job_def("forget") is not None
+    job = defs.resolve_job_def("forget")
     store_ = ProposalStore(settings.proposals)
     with dg.DagsterInstance.ephemeral() as instance:
 
@@ -421,7 +421,16 @@ def test_the_sensor_asks_for_one_run_per_approved_permanent_forget(settings):
         store_.decide("ada", hard.proposal_id, "approved", "user")
         first, second = evaluate(), evaluate()
         assert isinstance(first, dg.RunRequest) and first.run_key == second.run_key
-        store_.mark_applied("ada", hard.proposal_id, "run-1")
+        # That run fails (here: the DuckDB file cannot be opened): the next tick asks again.
+        settings.duckdb_path.mkdir(parents=True)
+        failed = job.execute_in_process(instance=instance, tags=first.tags, raise_on_error=False)
+        assert not failed.success
+        retry = evaluate()
+        assert isinstance(retry, dg.RunRequest) and retry.run_key != first.run_key
+        assert retry.tags[TAG] == first.tags[TAG]
+        settings.duckdb_path.rmdir()
+        assert job.execute_in_process(instance=instance, tags=retry.tags).success
+        assert store_.get("ada", hard.proposal_id).applied_at is not None
         assert isinstance(evaluate(), dg.SkipReason)
 
 
