@@ -18,12 +18,14 @@ from jobs.decay import decay_job, nightly_decay
 from jobs.ebooks import ebook_reindex_job, weekly_ebook_reindex
 from jobs.extraction import extraction_job
 from jobs.forget import forget_job
+from jobs.form import form_job
 from jobs.ingest import ingest_job
 from jobs.narrative import narrative_job, nightly_narrative
 from jobs.patrol import nightly_patrol, patrol_job
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource, MindflowHome
 from sensors.ebooks import ebook_folder_sensor
 from sensors.forget import forget_sensor
+from sensors.form import form_sensor
 from sensors.inbox import inbox_sensor
 from sensors.narrative import narrative_sensor
 from sensors.runs import stale_run_sensor
@@ -32,9 +34,10 @@ defs = dg.Definitions(
     assets=[episodes, scene_notes, nodes, clusters, journal, decay_scores, memories, facts_graph,
             story, core_memory, audit_archive, ebook_chunks, erasures],
     jobs=[ingest_job, extraction_job, patrol_job, decay_job, narrative_job, audit_digest_job,
-          ebook_reindex_job, forget_job],
+          ebook_reindex_job, forget_job, form_job],
     schedules=[nightly_patrol, nightly_decay, nightly_narrative, monthly_audit_digest, weekly_ebook_reindex],
-    sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor, stale_run_sensor, forget_sensor],
+    sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor, stale_run_sensor, forget_sensor,
+             form_sensor],
     resources={
         "duckdb": DuckDBResource(),
         "lancedb": LanceDBResource(),

@@ -70,6 +70,8 @@ def episodes(
             "new_beings": ", ".join(new_beings) or "none",
             "forget_proposals": len(proposals),
             "per_being": dg.MetadataValue.md(preview),
+            # Read by `form_sensor`: which beings' new episodes a form run should publish.
+            "new_per_being": dg.MetadataValue.json(report.new_per_being),
             "quarantine_files": dg.MetadataValue.json(report.quarantine_files),
         }
     )

@@ -10,6 +10,8 @@ from mindflow.resources import DuckDBResource, LanceDBResource
 
 @dg.asset(
     deps=[
+        # Published from the nodes: in the `form` job (no clusters, no decay) this orders it after them.
+        dg.AssetDep("nodes", partition_mapping=dg.AllPartitionMapping()),
         dg.AssetDep("clusters", partition_mapping=dg.AllPartitionMapping()),
         dg.AssetDep("decay_scores", partition_mapping=dg.AllPartitionMapping()),
     ],

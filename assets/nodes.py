@@ -1,5 +1,7 @@
 """Assets `scene_notes` and `nodes`: each being's scenes and the memory nodes formed from them."""
 
+from typing import Literal
+
 import dagster as dg
 
 from assets.partitions import beings
@@ -115,6 +117,12 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
     return dg.MaterializeResult(metadata=llm_metadata(llm, {**metadata, **llm_meta, **integrity.metadata()}))
 
 
+class NodesConfig(dg.Config):
+    """Which steps the `nodes` asset runs: the whole patrol (nightly), or ❶ only (the `form` job)."""
+
+    steps: Literal["patrol", "form"] = "patrol"
+
+
 @dg.asset(
     deps=[scene_notes],
     check_specs=[
@@ -125,85 +133,64 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
             description="No node sits in another being's cluster, or in no cluster at all.",
         )
     ],
-    **(PATROL | {"code_version": "3"}),
+    **(PATROL | {"code_version": "4"}),
 )
 def nodes(
-    context: dg.AssetExecutionContext, duckdb: DuckDBResource, embeddings: EmbeddingResource
+    context: dg.AssetExecutionContext,
+    config: NodesConfig,
+    duckdb: DuckDBResource,
+    embeddings: EmbeddingResource,
 ) -> dg.MaterializeResult:
     """Memory nodes of a being: scene, feeling, importance, cluster, session count and status."""
-    params = patrol.PatrolParams()
+    settings = duckdb.settings()
     embedder = embeddings.embedder()
     embedder.progress = lambda done, total: context.log.info(f"embedded {done}/{total} new node texts")
-    llm, llm_meta = resolve_llm(context, duckdb.settings(), "patrol")
-    if llm is None:
+    llm, llm_meta = resolve_llm(context, settings, "patrol")
+    if llm is None and config.steps == "patrol":
         context.log.info(patrol.BYOK_SKIP_MESSAGE)
-    per_being: dict[str, dict[str, int]] = {}
-    misplaced = 0
-    events_dir = duckdb.settings().events
+    step = patrol.form if config.steps == "form" else patrol.run
+    reports = {}
     run_started = utcnow()
     with duckdb.connect() as con:
         # Critical files are verified at the start of every run; changes are logged as ALERT.
-        integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
+        integrity = audit.verify_critical(settings, con, run_id=context.run_id)
         patrol.embed_new_scenes(con, list(context.partition_keys), embedder)
         for being_id in context.partition_keys:
-            now = utcnow()
-            folded = patrol.step_fold_events(con, being_id, events_dir, now)
-            steps = [
-                folded,
-                patrol.ensure_roots(con, being_id, now),
-                patrol.step_nodes(con, being_id, embedder, params, now, llm=llm),
-                patrol.step_session_counts(con, being_id, now),
-                patrol.step_dying(con, being_id, params, now),
-            ]
-            # ❹ sits between ❸ and ❺ in the seed; ❻ after ❺. Both need the patrol model.
-            consolidated = patrol.step_consolidate(con, being_id, llm, now) if llm is not None else None
-            steps.append(patrol.step_revive(con, being_id, params, now))
-            split = patrol.step_split(con, being_id, llm, params, now) if llm is not None else None
-            done = [step for step in [*steps, consolidated, split] if step is not None]
-            # One line per being: each log line is an event Dagster writes to its SQLite log.
-            context.log.info(f"{being_id}: " + "; ".join(f"{step.step} {step.counts}" for step in done))
-            for step in done:
-                for error in step.errors:  # why an LLM answer was rejected (never a key)
-                    context.log.warning(f"{being_id} {step.step}: {error}")
-            statuses = dict(
-                con.execute(
-                    "SELECT status, count(*) FROM nodes WHERE being_id = ? GROUP BY 1", [being_id]
-                ).fetchall()
-            )
-            misplaced += con.execute(
-                "SELECT count(*) FROM nodes n LEFT JOIN clusters c ON c.cluster_id = n.cluster_id "
-                "WHERE n.being_id = ? AND (c.cluster_id IS NULL OR c.being_id <> n.being_id)",
-                [being_id],
-            ).fetchall()[0][0]
-            per_being[being_id] = {
-                "nodes": sum(statuses.values()),
-                "recall_events": folded.counts["events"],
-                "reinforced": folded.counts["reinforced"],
-                **steps[2].counts,
-                "sessions_advanced": steps[3].counts["advanced"],
-                "dying": steps[4].counts["dying"],
-                "revived": steps[5].counts["revived"],
-                "active_total": statuses.get("active", 0),
-                "dying_total": statuses.get("dying", 0),
-                "dead_total": statuses.get("dead", 0),
-                "merged": consolidated.counts["merged"] if consolidated else 0,
-                "made_dead": consolidated.counts["made_dead"] if consolidated else 0,
-                "new_subclusters": split.counts["new_subclusters"] if split else 0,
-                "rejected_llm_answers": (
-                    steps[2].counts["root_rejected"]
-                    + consolidated.counts["rejected"]
-                    + split.counts["rejected"]
-                )
-                if llm is not None
-                else 0,
-            }
-        # Dying and revived nodes (the history rows of this run) as table-level audit rows.
-        log_history(con, duckdb.settings(), since=run_started, run_id=context.run_id, actor="patrol")
+            report = step(
+                con, being_id, embedder, patrol.PatrolParams(), utcnow(), events_dir=settings.events,
+                llm=llm, settings=settings, run_id=context.run_id,
+            )  # fmt: skip
+            _log(context, being_id, report)
+            reports[being_id] = report
+        # Formed, dying and revived nodes (the history rows of this run) as table-level audit rows.
+        log_history(con, settings, since=run_started, run_id=context.run_id, actor="patrol")
+    return nodes_result(config.steps, reports, embedder, llm, llm_meta, integrity.metadata())
+
+
+def _log(context: dg.AssetExecutionContext, being_id: str, report) -> None:
+    # One line per being: each log line is an event Dagster writes to its SQLite log.
+    steps = report.steps()
+    context.log.info(f"{being_id}: " + "; ".join(f"{s.step} {s.counts}" for s in steps))
+    for s in steps:
+        for error in s.errors:  # why an LLM answer was rejected (never a key)
+            context.log.warning(f"{being_id} {s.step}: {error}")
+
+
+def nodes_result(
+    mode: str, reports: dict, embedder, llm, llm_meta: dict, integrity: dict
+) -> dg.MaterializeResult:
+    """The reports of a patrol or a form run as the asset's metadata and check result."""
+    if mode == "form":
+        per_being = {b: r.counts() for b, r in reports.items()}
+        misplaced = sum(r.misplaced for r in reports.values())
+    else:
+        per_being = {b: r.counts(llm is not None) for b, r in reports.items()}
+        misplaced = sum(r.form.misplaced for r in reports.values())
 
     def total(key: str) -> int:
-        return sum(counts[key] for counts in per_being.values())
+        return sum(counts.get(key, 0) for counts in per_being.values())
 
-    if llm is not None:
+    if llm is not None and mode == "patrol":
         llm_meta |= {
             "llm_steps": "root classification, ❹ consolidation, ❻ split",
             "merged": total("merged"),
@@ -212,27 +199,37 @@ def nodes(
             "root_by_llm": total("root_by_llm"),
             "rejected_llm_answers": total("rejected_llm_answers"),
         }
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": total("nodes"),
-            "recall_events": total("recall_events"),
-            "reinforced": total("reinforced"),
-            "new": total("new"),
-            "to_subcluster": total("to_subcluster"),
-            "to_root": total("to_root"),
+    metadata = {
+        "mode": mode,
+        "dagster/row_count": total("nodes"),
+        "recall_events": total("recall_events"),
+        "reinforced": total("reinforced"),
+        "new": total("new"),
+        "to_subcluster": total("to_subcluster"),
+        "to_root": total("to_root"),
+        "forgotten": total("forgotten"),
+    }
+    if mode == "patrol":
+        metadata |= {
             "sessions_advanced": total("sessions_advanced"),
             "dying": total("dying"),
             "revived": total("revived"),
-            "active": total("active_total"),
-            "dying_total": total("dying_total"),
-            "dead_total": total("dead_total"),
-            "embedded": embedder.stats["embedded"],
-            "embeddings_from_cache": embedder.stats["cached"],
-            "llm_steps": "skipped: no model configured (mechanical processing only)",
-            "per_being": per_being_table(per_being),
-            **integrity.metadata(),
-            **llm_metadata(llm, llm_meta),
-        },
+        }
+    metadata |= {
+        "active": total("active_total"),
+        "dying_total": total("dying_total"),
+        "dead_total": total("dead_total"),
+        "embedded": embedder.stats["embedded"],
+        "embeddings_from_cache": embedder.stats["cached"],
+        "llm_steps": "skipped: no model configured (mechanical processing only)"
+        if mode == "patrol"
+        else "❶ only (form run): root classification with a patrol model",
+        "per_being": per_being_table(per_being),
+        **integrity,
+        **llm_metadata(llm, llm_meta),
+    }
+    return dg.MaterializeResult(
+        metadata=metadata,
         check_results=[
             dg.AssetCheckResult(
                 check_name="nodes_in_own_beings_clusters",

@@ -45,14 +45,16 @@ def ingest(
 @app.command()
 def run(
     job: str = typer.Argument(
-        ..., help="ingest | extraction | patrol | decay | narrative | audit_digest | ebook_reindex | forget"
+        ...,
+        help="ingest | extraction | patrol | form | decay | narrative | audit_digest | ebook_reindex "
+        "| forget",
     ),
     being: str | None = typer.Option(None, "--being", help="patrol only this being."),
     partition: str | None = typer.Option(
         None,
         "--partition",
-        help="A day (YYYY-MM-DD), a range (START...END) for ingest, a being for extraction, patrol "
-        "and narrative, a month (YYYY-MM) for audit_digest.",
+        help="A day (YYYY-MM-DD), a range (START...END) for ingest, a being for extraction, patrol, "
+        "form and narrative, a month (YYYY-MM) for audit_digest.",
     ),
 ) -> None:
     """Execute a job through Dagster on the local instance (the run shows up in the UI)."""

@@ -82,6 +82,26 @@ class Settings(BaseSettings):
         description="Memories the server keeps in memory for recall (vectors, times, rows; ~2.2 KB each "
         "with MiniLM), least recently used beings first out; 0 reads every recall from LanceDB.",
     )
+    tail_max_episodes: int = Field(
+        default=2_000,
+        ge=0,
+        description="Unpublished episodes per being the server keeps in its fresh tail (embedded, "
+        "recalled beside published memories); past it the oldest wait for the form run. 0 turns the "
+        "fresh tail off.",
+    )
+    tail_done_window_hours: float = Field(
+        default=36.0,
+        ge=0,
+        description="Ingested inbox files (inbox/.done) moved or changed this recently are read for the "
+        "fresh tail: the form run publishes their episodes within a minute, the nightly patrol within a "
+        "day at the latest, so older files hold only published episodes.",
+    )
+    tail_scan_interval_s: float = Field(
+        default=0.5,
+        ge=0,
+        description="How often a server looks at a being's inbox folders for episodes other processes "
+        "wrote (a stat per file; its own POSTs count at once).",
+    )
     ebooks_dir: Path | None = Field(
         default=None,
         description="MINDFLOW_EBOOKS_DIR: the documents of the ebook index (default $MINDFLOW_HOME/ebooks).",

@@ -61,6 +61,14 @@ def not_in(column: str, values: Iterable[str]) -> str:
     return f"{identifier(column)} NOT IN ({', '.join(literal(v) for v in values)})"
 
 
+def has_any(column: str, values: Iterable[str]) -> str:
+    """A list column holding at least one of `values`."""
+    values = list(values)
+    if not values:
+        return "FALSE"
+    return f"array_has_any({identifier(column)}, [{', '.join(literal(v) for v in values)}])"
+
+
 def compare(column: str, op: str, value: str | int | float | datetime) -> str:
     if op not in ("<", "<=", ">", ">=", "=", "<>"):
         raise ValueError(f"invalid operator {op!r}")

@@ -484,6 +484,184 @@ def _history(
     )
 
 
+@dataclass
+class FormReport:
+    """What forming (❶) did for one being: the form run's whole work, and the patrol's first part."""
+
+    roots: StepReport
+    nodes: StepReport  # ❶b nodes for scenes without one: embedded, clustered
+    scenes: StepReport | None = None  # ❶a, when the caller forms scenes (the assets: `scene_notes`)
+    marks: StepReport | None = None  # the being's marks folded (with `settings`)
+    events: StepReport | None = None  # ⓪ recall events folded (with `events_dir`)
+    statuses: dict[str, int] = field(default_factory=dict)  # the being's nodes by status afterwards
+    misplaced: int = 0  # nodes in another being's cluster or in none (must stay 0)
+
+    def steps(self) -> list[StepReport]:
+        """The reports in the seed's order (⓪ first, though it is folded after ❶: see `form`)."""
+        return [s for s in (self.events, self.roots, self.scenes, self.nodes, self.marks) if s is not None]
+
+    def counts(self) -> dict[str, int]:
+        """One flat row for the UI's per-being table."""
+        return {
+            "nodes": sum(self.statuses.values()),
+            "recall_events": self.events.counts["events"] if self.events else 0,
+            "reinforced": self.events.counts["reinforced"] if self.events else 0,
+            **self.nodes.counts,
+            "forgotten": self.marks.counts.get("forgotten", 0) if self.marks else 0,
+            "active_total": self.statuses.get("active", 0),
+            "dying_total": self.statuses.get("dying", 0),
+            "dead_total": self.statuses.get("dead", 0),
+        }
+
+
+@dataclass
+class PatrolReport:
+    """What the patrol did for one being, step by step."""
+
+    form: FormReport  # ⓪ ❶ and the marks
+    sessions: StepReport  # ❷
+    dying: StepReport  # ❸
+    revived: StepReport  # ❺
+    consolidated: StepReport | None = None  # ❹, with the patrol model
+    split: StepReport | None = None  # ❻, with the patrol model
+    small_clusters: StepReport | None = None  # ❼, when asked (the assets: `clusters`)
+    journal: StepReport | None = None  # diary/think_md, with the patrol model and settings
+
+    def steps(self) -> list[StepReport]:
+        """The reports in the seed's order."""
+        after = [self.sessions, self.dying, self.consolidated, self.revived, self.split, self.small_clusters]
+        return [*self.form.steps(), *(s for s in [*after, self.journal] if s is not None)]
+
+    def counts(self, llm: bool = False) -> dict[str, int]:
+        """One flat row for the UI's per-being table (the keys the `nodes` asset has always shown)."""
+        out = {
+            **self.form.counts(),
+            "sessions_advanced": self.sessions.counts["advanced"],
+            "dying": self.dying.counts["dying"],
+            "revived": self.revived.counts["revived"],
+            "merged": self.consolidated.counts["merged"] if self.consolidated else 0,
+            "made_dead": self.consolidated.counts["made_dead"] if self.consolidated else 0,
+            "new_subclusters": self.split.counts["new_subclusters"] if self.split else 0,
+        }
+        rejected = [self.form.nodes.counts.get("root_rejected", 0)]
+        rejected += [s.counts.get("rejected", 0) for s in (self.consolidated, self.split) if s is not None]
+        out["rejected_llm_answers"] = sum(rejected) if llm else 0
+        return out
+
+
+def node_statuses(con: duckdb.DuckDBPyConnection, being_id: str) -> dict[str, int]:
+    return dict(
+        con.execute("SELECT status, count(*) FROM nodes WHERE being_id = ? GROUP BY 1", [being_id]).fetchall()
+    )
+
+
+def misplaced_nodes(con: duckdb.DuckDBPyConnection, being_id: str) -> int:
+    """Nodes of the being in another being's cluster, or in no cluster at all."""
+    return con.execute(
+        "SELECT count(*) FROM nodes n LEFT JOIN clusters c ON c.cluster_id = n.cluster_id "
+        "WHERE n.being_id = ? AND (c.cluster_id IS NULL OR c.being_id <> n.being_id)",
+        [being_id],
+    ).fetchall()[0][0]
+
+
+def form(
+    con: duckdb.DuckDBPyConnection,
+    being_id: str,
+    embedder: Embedder,
+    params: PatrolParams | None = None,
+    now: datetime | None = None,
+    *,
+    events_dir: Path | None = None,
+    llm=None,
+    settings=None,
+    run_id: str | None = None,
+    scenes: bool = False,
+    extraction_llm=None,
+) -> FormReport:
+    """❶ for one being: nodes for its new scenes (embedded, clustered), then its marks and recall events.
+
+    What the form run does after each ingestion, and what the patrol starts with. No session
+    count moves: those advance once a night, in `run`. `scenes` forms the scenes too (LLM
+    extraction with `extraction_llm`, else one per episode). With `settings`, the being's marks
+    are folded after ❶, so a node formed from an episode already forgotten is archived before
+    it is published. The recall events are folded after ❶ as well: an agent recalls a fresh
+    memory under the ref its node gets here, so the event reinforces the node instead of
+    counting as unknown.
+    """
+    params = params or PatrolParams()
+    now = now or utcnow()
+    roots = ensure_roots(con, being_id, now)
+    scene_report = None
+    if scenes and extraction_llm is not None:
+        from mindflow import extraction
+
+        extracted = extraction.extract(con, being_id, extraction_llm, now)
+        scene_report = StepReport("❶ scenes (LLM)", extracted.counts(), extracted.errors)
+    elif scenes:
+        scene_report = step_scenes(con, being_id, now)
+    nodes = step_nodes(con, being_id, embedder, params, now, llm=llm)
+    marks = None
+    if settings is not None:
+        from mindflow.loop.fold import fold_marks
+
+        marks = StepReport("marks", fold_marks(con, settings, being_id, now, run_id).counts())
+    events = step_fold_events(con, being_id, events_dir, now) if events_dir is not None else None
+    return FormReport(
+        roots=roots,
+        nodes=nodes,
+        scenes=scene_report,
+        marks=marks,
+        events=events,
+        statuses=node_statuses(con, being_id),
+        misplaced=misplaced_nodes(con, being_id),
+    )
+
+
+def run(
+    con: duckdb.DuckDBPyConnection,
+    being_id: str,
+    embedder: Embedder,
+    params: PatrolParams | None = None,
+    now: datetime | None = None,
+    *,
+    events_dir: Path | None = None,
+    llm=None,
+    settings=None,
+    run_id: str | None = None,
+    scenes: bool = False,
+    extraction_llm=None,
+    small_clusters: bool = False,
+    journal: bool = False,
+) -> PatrolReport:
+    """The nightly patrol of one being in the seed's order: `form` (⓪ ❶, marks), then ❷ ❸ ❹ ❺ ❻.
+
+    `llm` (purpose patrol) adds root classification, ❹ and ❻; `small_clusters` runs ❼ (the
+    `clusters` asset runs it on its own), `journal` the diary and think.md (with `llm` and
+    `settings`).
+    """
+    params = params or PatrolParams()
+    now = now or utcnow()
+    formed = form(
+        con, being_id, embedder, params, now, events_dir=events_dir, llm=llm, settings=settings,
+        run_id=run_id, scenes=scenes, extraction_llm=extraction_llm,
+    )  # fmt: skip
+    sessions = step_session_counts(con, being_id, now)
+    dying = step_dying(con, being_id, params, now)
+    # ❹ sits between ❸ and ❺ in the seed; ❻ after ❺. Both need the patrol model.
+    consolidated = step_consolidate(con, being_id, llm, now) if llm is not None else None
+    revived = step_revive(con, being_id, params, now)
+    split = step_split(con, being_id, llm, params, now) if llm is not None else None
+    report = PatrolReport(formed, sessions, dying, revived, consolidated=consolidated, split=split)
+    if small_clusters:
+        report.small_clusters = step_merge_small_clusters(con, being_id, params, now)
+    if journal and llm is not None and settings is not None:
+        changes = "; ".join(f"{r.step} {r.counts}" for r in report.steps())
+        report.journal = step_journal(con, settings, being_id, llm, now, changes)
+    formed.statuses = node_statuses(con, being_id)
+    formed.misplaced = misplaced_nodes(con, being_id)
+    return report
+
+
 def run_patrol(
     con: duckdb.DuckDBPyConnection,
     being_id: str,
@@ -495,38 +673,17 @@ def run_patrol(
     extraction_llm=None,
     settings=None,
 ) -> list[StepReport]:
-    """The whole patrol for one being, in the seed's order; recall events first.
+    """The whole patrol for one being with its scenes and ❼ (what the assets do in three), as a list.
 
     `llm` (purpose patrol) adds root classification, ❹, ❻ and, with `settings`, the
     diary and think.md; `extraction_llm` replaces the mechanical scenes with LLM
     extraction. Without them the patrol is mechanical.
     """
-    params = params or PatrolParams()
-    now = now or utcnow()
-    folded = [step_fold_events(con, being_id, events_dir, now)] if events_dir is not None else []
-    reports = [*folded, ensure_roots(con, being_id, now)]
-    if extraction_llm is not None:
-        from mindflow import extraction
-
-        extracted = extraction.extract(con, being_id, extraction_llm, now)
-        reports.append(StepReport("❶ scenes (LLM)", extracted.counts(), extracted.errors))
-    else:
-        reports.append(step_scenes(con, being_id, now))
-    reports += [
-        step_nodes(con, being_id, embedder, params, now, llm=llm),
-        step_session_counts(con, being_id, now),
-        step_dying(con, being_id, params, now),
-    ]
-    if llm is not None:
-        reports.append(step_consolidate(con, being_id, llm, now))
-    reports.append(step_revive(con, being_id, params, now))
-    if llm is not None:
-        reports.append(step_split(con, being_id, llm, params, now))
-    reports.append(step_merge_small_clusters(con, being_id, params, now))
-    if llm is not None and settings is not None:
-        changes = "; ".join(f"{r.step} {r.counts}" for r in reports)
-        reports.append(step_journal(con, settings, being_id, llm, now, changes))
-    return reports
+    report = run(
+        con, being_id, embedder, params, now, events_dir=events_dir, llm=llm, settings=settings,
+        scenes=True, extraction_llm=extraction_llm, small_clusters=True, journal=True,
+    )  # fmt: skip
+    return report.steps()
 
 
 # --------------------------------------------------------------------------- LLM steps

@@ -22,7 +22,9 @@ from mindflow.errors import MindflowError
 from mindflow.inbox import pending_days, plan_ranges, validate_being_id
 from mindflow.models import utcnow
 
-JOBS = ("ingest", "extraction", "patrol", "decay", "narrative", "audit_digest", "ebook_reindex", "forget")
+JOBS = (
+    "ingest", "extraction", "patrol", "form", "decay", "narrative", "audit_digest", "ebook_reindex", "forget",
+)  # fmt: skip
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DAGSTER_YAML = """\
 # Written by mindflow: the local Dagster instance of this MINDFLOW_HOME.
@@ -68,7 +70,7 @@ _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # What a run changed, as the CLI prints it: metadata keys per asset.
 SUMMARY_KEYS = {
     "episodes": ("new", "duplicates", "quarantined", "heartbeats_skipped"),
-    "nodes": ("new", "dying", "revived"),
+    "nodes": ("mode", "new", "dying", "revived"),
     "clusters": ("merged_to_sibling", "merged_to_root", "deleted"),
     "decay_scores": ("active", "fading", "dormant", "archived"),
     "memories": ("upserted", "deleted"),
@@ -293,7 +295,7 @@ def run_job(
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     instance = _instance()
-    if job in ("extraction", "patrol", "narrative"):
+    if job in ("extraction", "patrol", "form", "narrative"):
         known = instance.get_dynamic_partitions("beings")
         wanted = being or partition
         if wanted and wanted not in known:
@@ -325,7 +327,7 @@ def run_job(
         kwargs.setdefault("tags", {}).update(pool.run_tags())
         with _pool_turn(instance, say or _say):
             result = job_def.execute_in_process(
-                instance=instance, raise_on_error=False, run_config=_QUIET, **kwargs
+                instance=instance, raise_on_error=False, run_config=_run_config(job), **kwargs
             )
         summaries.append(RunSummary(job, label, result.run_id, result.success, _changes(result)))
         if not result.success:
@@ -342,6 +344,17 @@ def run_job(
                 f"{job} run {result.run_id} for {label} failed{detail} (see the Dagster UI: make dev)"
             )
     return summaries
+
+
+def _run_config(job: str) -> dict:
+    """The CLI's quiet loggers, with what the job itself configures (a run config replaces the job's)."""
+    if job == "form":
+        if str(PROJECT_ROOT) not in sys.path:
+            sys.path.insert(0, str(PROJECT_ROOT))
+        from jobs.form import FORM_RUN_CONFIG
+
+        return {**_QUIET, **FORM_RUN_CONFIG}
+    return _QUIET
 
 
 def _changes(result) -> str:

@@ -296,12 +296,17 @@ def create_app(
         },
     )
     def episodes(being_id: Being, body: models.EpisodesRequest) -> models.EpisodesResponse:
-        """Append episodes to the being's inbox, all or none; ingestion picks them up."""
+        """Append episodes to the being's inbox, all or none; ingestion picks them up.
+
+        Recall, resonance and search_memory return them from the next request on (as `fresh`
+        memories until the form run has published them)."""
         limit = settings.api_max_episodes
         if len(body.episodes) > limit:
             raise MindflowError(f"{len(body.episodes):,} episodes in one request; the limit is {limit:,}")
         records = [e.model_dump(exclude_none=True) for e in body.episodes]
         report = append_episodes(settings.inbox, being_id, records, max_chars=settings.max_episode_chars)
+        # Recalled from the very next request of this server (others find the file within a second).
+        service.tail.add(being_id, report.episodes)
         proposals = trigger_proposals(service, being_id, report.episodes)
         return models.EpisodesResponse(
             being_id=being_id,

@@ -122,6 +122,11 @@ class MemoryOut(BaseModel):
     trigger: str | None = None
     source_episode_ids: list[str] = []
     decay_score: float = 1.0
+    fresh: bool = Field(
+        default=False,
+        description="Accepted but not published yet (the fresh tail): `memory_ref` is the ref its memory "
+        "keeps once the form run has published it.",
+    )
     score: float = 0.0
     parts: dict[str, float] = Field(default={}, description="The factors of `score`.")
 

@@ -10,7 +10,7 @@ import random
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from mindflow.api import models, resonance
 from mindflow.config import Settings
 from mindflow.embeddings import Embedder
 from mindflow.errors import MindflowError
+from mindflow.inbox import validate_being_id
+from mindflow.loop import tail as fresh_tail
 from mindflow.loop.marks import MarkCache, visible, with_pins
 from mindflow.memories import TABLE
 from mindflow.models import utcnow
@@ -104,6 +106,26 @@ def memory_out(memory: Memory) -> models.MemoryOut:
     return models.MemoryOut.model_validate(fields)
 
 
+def _within(ts: datetime, since: datetime | None, until: datetime | None) -> bool:
+    """A fresh memory's time inside a request's horizon (stored times are naive UTC)."""
+
+    def naive(value: datetime) -> datetime:
+        return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+
+    return (since is None or ts >= naive(since)) and (until is None or ts <= naive(until))
+
+
+def _without_published_twins(memories: list[Memory]) -> list[Memory]:
+    """Fresh memories whose episode a published memory among them already holds left out.
+
+    The tail is checked against the version a request reads; a publish landing during the
+    request can bring the memory in both ways, and it must come back once."""
+    published = {e for m in memories if not m.fresh for e in m.source_episode_ids}
+    if not published:
+        return memories
+    return [m for m in memories if not (m.fresh and published.intersection(m.source_episode_ids))]
+
+
 class RecallService:
     """The state of one server process: settings, the model, query vectors, echo memory."""
 
@@ -121,6 +143,9 @@ class RecallService:
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
         # Tombstones and pins of every process, applied to each answer (one stat per request).
         self.marks = MarkCache(settings.loop)
+        # Accepted episodes not yet published, recalled beside the published memories.
+        self.tail = fresh_tail.FreshTail(settings, self.embedder)
+        self._counts: dict[tuple[str, int | None], int] = {}
         self._served = threading.local()
         self.model_ready = False
 
@@ -173,6 +198,11 @@ class RecallService:
         index = self.hot.get(table, being_id, version)
         # Which path answered, for the X-Mindflow-Recall header (the endpoint runs in this thread).
         self._served.source = "hot" if index is not None else "lance"
+        fresh = [
+            f
+            for f in self._fresh(being_id, table, version, index)
+            if f.ref not in exclude and _within(f.episode.ts, request.since, request.until)
+        ]
         found = recall(
             table,
             being_id,
@@ -185,8 +215,40 @@ class RecallService:
             until=request.until,
             now=now,
             index=index,
+            fresh=fresh_tail.rows(fresh, len(fresh[0].vector)) if fresh else None,
+            corpus=self._corpus(being_id, table, version, index) if fresh else 0,
         )
-        return self.apply_marks(being_id, found)
+        return self.apply_marks(being_id, _without_published_twins(found))
+
+    def _fresh(self, being_id: str, table, version, index=None) -> list[fresh_tail.FreshMemory]:
+        """The being's fresh memories no tombstone hides, checked against the version the request reads."""
+        marks = self.marks.state(being_id)
+        return [
+            f
+            for f in self.tail.memories(being_id, table, version, index)
+            if not marks.hides(f.ref, f.episode_ids)
+        ]
+
+    def fresh_memories(self, being_id: str) -> list[Memory]:
+        """The being's fresh-tail memories (accepted, not yet published), tombstones and pins applied."""
+        validate_being_id(being_id)
+        table, version = self.latest.get()
+        return self.apply_marks(being_id, [f.memory() for f in self._fresh(being_id, table, version)])
+
+    def _corpus(self, being_id: str, table, version, index) -> int:
+        """How many published memories of the being the full-text statistics of a fresh memory stand for."""
+        if index is not None:
+            return len(index)
+        if table is None:
+            return 0
+        key = (being_id, version)
+        count = self._counts.get(key)
+        if count is None:
+            count = table.count_rows(lance.where(being_id=being_id))
+            if len(self._counts) > 10_000:
+                self._counts.clear()
+            self._counts[key] = count
+        return count
 
     def apply_marks(self, being_id: str, memories: list[Memory]) -> list[Memory]:
         """What the being's marks leave of `memories`: no forgotten one, pins as last set."""
@@ -241,7 +303,10 @@ class RecallService:
         query = self.check_query(request.query)
         hidden = len(self.marks.state(being_id).forgotten)
         more = min(hidden, 50)
-        found = search_memory(self._table(), being_id, query, mode=request.mode, k=request.k + more)
+        table, version = self.latest.get()
+        fresh = [f.memory() for f in self._fresh(being_id, table, version)]
+        found = search_memory(table, being_id, query, mode=request.mode, k=request.k + more, fresh=fresh)
+        found = _without_published_twins(found)
         memories = self.apply_marks(being_id, found)[: request.k]
         self._reinforce(being_id, "search_memory", memories, defer)
         return models.SearchResponse(

@@ -42,6 +42,8 @@ class Memory:
     trigger: str | None = None
     source_episode_ids: list[str] = field(default_factory=list)
     decay_score: float = 1.0
+    # Accepted but not published yet: from the server's fresh tail, under the ref its node will get.
+    fresh: bool = False
     score: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
 
@@ -63,4 +65,5 @@ class Memory:
             trigger=row.get("trigger"),
             source_episode_ids=list(row.get("source_episode_ids") or []),
             decay_score=float(row.get("decay_score") if row.get("decay_score") is not None else 1.0),
+            fresh=bool(row.get("fresh")),
         )

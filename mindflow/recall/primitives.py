@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -156,3 +158,49 @@ def rows_around(
     if not wanted:
         return None
     return filtered_rows(table, lance.all_of(where, " OR ".join(wanted)), limit + len(also), columns)
+
+
+# The full-text index's analysis (lancedb.index.FTS defaults: simple tokenizer, lower case,
+# ASCII folding, English stop words), for texts not in the index yet (the fresh tail). Its
+# stemming is not repeated: a fresh memory matches a query's words as written, and by meaning
+# through its vector.
+_STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then "
+    "there these they this to was will with".split()
+)
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+BM25_K1, BM25_B = 1.2, 0.75
+
+
+def fts_terms(text: str) -> list[str]:
+    folded = "".join(
+        c for c in unicodedata.normalize("NFKD", (text or "").lower()) if not unicodedata.combining(c)
+    )
+    return [w for w in _TOKEN.findall(folded) if w not in _STOP_WORDS and len(w) <= 40]
+
+
+def bm25(query: str, texts: list[str], corpus: int, published_hits: int = 0) -> np.ndarray:
+    """BM25 of `texts` for the query, as the full-text index scores its rows (same k1, b and idf).
+
+    The texts are not in the index, so its statistics are estimated: `corpus` documents in
+    all, and each query word in the texts that hold it plus the `published_hits` the index
+    matched for the query (what a word's document frequency is at least, as far as one query
+    shows). Document lengths are those of `texts`.
+    """
+    words = list(dict.fromkeys(fts_terms(sanitize_fts_query(query))))
+    scores = np.zeros(len(texts), dtype=np.float64)
+    if not words or not texts:
+        return scores
+    docs = [Counter(fts_terms(t)) for t in texts]
+    lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / max(float(lengths.mean()), 1.0))
+    n = max(corpus, len(texts))
+    for word in words:
+        tf = np.array([d.get(word, 0) for d in docs], dtype=np.float64)
+        held = int((tf > 0).sum())
+        if not held:
+            continue
+        df = min(n, held + published_hits)
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+        scores += idf * tf * (BM25_K1 + 1) / (tf + norm)
+    return scores

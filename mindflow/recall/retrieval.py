@@ -70,3 +70,109 @@ class HotRetrieval(LanceRetrieval):
     def by_ref(self, refs: list[str]) -> pa.Table:
         positions = self.index.positions(refs)
         return self.index.rows_at(positions[self.keep[positions]], COLUMNS)
+
+
+class EmptyRetrieval:
+    """Nothing published yet (no table, or none of the being's memories is recallable)."""
+
+    def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> None:
+        return None
+
+    def text(self, query: str, limit: int, columns: list[str]) -> None:
+        return None
+
+    def around(self, spans, limit: int, also: list[str]) -> None:
+        return None
+
+    def by_ref(self, refs: list[str]) -> None:
+        return None
+
+
+class FreshRetrieval:
+    """The published candidates of another retrieval and the being's fresh tail, as one source.
+
+    The fresh memories (`mindflow.loop.tail.rows`, already filtered by the request) answer
+    each question the way the table does: nearest by cosine, full text by BM25, the same
+    columns and types, so `search.recall` ranks them with the published ones in one pool.
+    A fresh memory whose ref a published row already has (published since the tail was
+    checked) is left out: the published row stands for it.
+    """
+
+    def __init__(self, published, fresh: pa.Table, corpus: int):
+        self.published = published
+        self.fresh = fresh
+        self.refs = fresh.column("memory_ref").to_pylist()
+        self._refs = set(self.refs)
+        vectors = primitives.vectors_of(fresh) if fresh.num_rows else np.zeros((0, 0), np.float32)
+        norms = np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None) if len(vectors) else 1.0
+        self.vectors = vectors / norms
+        self.ts = fresh.column("ts").to_numpy()
+        self.texts = fresh.column("text").to_pylist()
+        self.corpus = corpus  # published memories the full-text statistics stand for
+        self.shadowed: set[str] = set()
+
+    def is_fresh(self, ref: str) -> bool:
+        """True when `ref` was answered from the fresh tail, not by a published row."""
+        return ref in self._refs and ref not in self.shadowed
+
+    def _merged(self, published: pa.Table | None, positions, extra: dict[str, np.ndarray], columns):
+        """Published rows and the fresh rows at `positions` (with `extra` columns), one table."""
+        index = pa.array(np.asarray(positions, dtype=np.int64), type=pa.int64())
+        part = self.fresh.select([c for c in columns if c in self.fresh.column_names]).take(index)
+        for name, values in extra.items():
+            part = part.append_column(name, pa.array(values))
+        if published is None or published.num_rows == 0:
+            return part if part.num_rows else published
+        known = set(published.column("memory_ref").to_pylist())
+        self.shadowed |= known & self._refs
+        keep = [i for i, ref in enumerate(part.column("memory_ref").to_pylist()) if ref not in known]
+        part = part.take(pa.array(keep, type=pa.int64())).select(published.column_names)
+        return pa.concat_tables([published, part.cast(published.schema)])
+
+    def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table | None:
+        published = self.published.vector(vector, limit, columns)
+        if not self.refs:
+            return published
+        q = np.asarray(vector, dtype=np.float32)
+        cosine = self.vectors @ (q / max(float(np.linalg.norm(q)), 1e-12))
+        best = np.argsort(-cosine, kind="stable")[:limit]
+        extra = {
+            "cosine": cosine[best].astype(np.float64),
+            "_distance": (1 - cosine[best]).astype(np.float32),
+        }
+        merged = self._merged(published, best, extra, columns)
+        if merged is None or merged.num_rows == 0:
+            return merged
+        order = np.argsort(-merged.column("cosine").to_numpy(zero_copy_only=False), kind="stable")[:limit]
+        return merged.take(pa.array(order, type=pa.int64()))
+
+    def text(self, query: str, limit: int, columns: list[str]) -> pa.Table | None:
+        published = self.published.text(query, limit, columns)
+        if not self.refs:
+            return published
+        hits = published.num_rows if published is not None else 0
+        scores = primitives.bm25(query, self.texts, self.corpus + len(self.refs), hits)
+        matched = np.flatnonzero(scores > 0)
+        if len(matched) == 0:
+            return published
+        best = matched[np.argsort(-scores[matched], kind="stable")][:limit]
+        merged = self._merged(published, best, {"_score": scores[best].astype(np.float32)}, columns)
+        order = np.argsort(-merged.column("_score").to_numpy(zero_copy_only=False), kind="stable")[:limit]
+        return merged.take(pa.array(order, type=pa.int64()))
+
+    def around(self, spans, limit: int, also: list[str]) -> pa.Table | None:
+        published = self.published.around(spans, limit, also)
+        if not self.refs:
+            return published
+        near = np.zeros(len(self.refs), dtype=bool)
+        for start, end in spans:
+            near |= (self.ts >= np.datetime64(start, "us")) & (self.ts <= np.datetime64(end, "us"))
+        named = set(also)
+        near |= np.array([r in named for r in self.refs], dtype=bool)
+        return self._merged(published, np.flatnonzero(near), {}, [*COLUMNS, "vector"])
+
+    def by_ref(self, refs: list[str]) -> pa.Table | None:
+        published = self.published.by_ref(refs)
+        wanted = set(refs)
+        positions = [i for i, r in enumerate(self.refs) if r in wanted]
+        return self._merged(published, positions, {}, COLUMNS)

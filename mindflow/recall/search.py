@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
@@ -17,7 +18,7 @@ from mindflow.recall.config import RecallConfig
 from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import Memory
 from mindflow.recall.primitives import RECALLABLE, SEARCHABLE
-from mindflow.recall.retrieval import HotRetrieval, LanceRetrieval
+from mindflow.recall.retrieval import EmptyRetrieval, FreshRetrieval, HotRetrieval, LanceRetrieval
 
 __all__ = ["RECALLABLE", "SEARCHABLE", "cluster_memories", "recall", "search_memory"]
 
@@ -44,6 +45,8 @@ def recall(
     until: datetime | None = None,
     now: datetime | None = None,
     index: BeingIndex | None = None,
+    fresh: pa.Table | None = None,
+    corpus: int = 0,
 ) -> list[Memory]:
     """Hybrid recall: vector and full-text candidates fused, lifted by their context,
     weighted by decay and recency, then MMR.
@@ -51,20 +54,31 @@ def recall(
     `query_vector` may be a function returning it: the full-text search then starts
     before the query is embedded. With the being's hot `index` (the server's), vectors,
     context windows and rows come from memory and only the full text from the table.
+    `fresh` are the being's fresh-tail memories the request may see (`mindflow.loop.tail.rows`),
+    ranked in the same pool and returned with `fresh=True`; `corpus` is how many published
+    memories the full-text statistics stand for.
     """
     config = config or RecallConfig()
     where = primitives.memory_filter(
         being_id, statuses=RECALLABLE, exclude_refs=exclude_refs, since=since, until=until
     )
-    if table is None or k <= 0:
+    has_fresh = fresh is not None and fresh.num_rows > 0
+    if (table is None and not has_fresh) or k <= 0:
         return []
-    if index is not None and index.being_id == being_id:
+    if table is None:
+        source = EmptyRetrieval()
+    elif index is not None and index.being_id == being_id:
         if len(index) == 0:
-            # Nothing recallable at the index's version: no full-text query to pay for.
-            return []
-        source = HotRetrieval(table, where, index, index.mask(exclude_refs, since, until))
+            if not has_fresh:
+                # Nothing recallable at the index's version: no full-text query to pay for.
+                return []
+            source = EmptyRetrieval()
+        else:
+            source = HotRetrieval(table, where, index, index.mask(exclude_refs, since, until))
     else:
         source = LanceRetrieval(table, where)
+    if has_fresh:
+        source = FreshRetrieval(source, fresh, corpus)
     limit, vector_limit = max(config.candidates, 2 * k), max(config.vector_candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
     by_vector = by_text = None
@@ -78,7 +92,7 @@ def recall(
     found = [t for t in (by_vector, by_text) if t is not None and t.num_rows]
     if not found:
         return []
-    pool = _unique(pa.concat_tables([t.select(slim) for t in found]))
+    pool = _unique(pa.concat_tables([t.select(slim) for t in found], promote_options="permissive"))
     vector_rank = _ranks(by_vector)
     text_rank = _ranks(by_text)
     bm25 = dict(zip(text_rank, by_text.column("_score").to_pylist(), strict=True)) if text_rank else {}
@@ -141,6 +155,7 @@ def recall(
             continue
         j = position[i]
         memory = Memory.from_row(row)
+        memory.fresh = isinstance(source, FreshRetrieval) and source.is_fresh(refs[i])
         memory.score = float(final[j])
         memory.parts = {
             "cosine": float(cosine[i]),
@@ -183,7 +198,8 @@ def _with_context(
         return pool, np.zeros(pool.num_rows), None, None, None
     known = set(pool.column("memory_ref").to_pylist())
     new = [i for i, r in enumerate(around.column("memory_ref").to_pylist()) if r not in known]
-    pool = pa.concat_tables([pool, around.select(pool.column_names).take(pa.array(new, type=pa.int64()))])
+    added = around.select(pool.column_names).take(pa.array(new, type=pa.int64()))
+    pool = pa.concat_tables([pool, added], promote_options="permissive")
     scored = score(pool)
     refs, _, cosine, _, _, _, fused = scored
     ts = pool.column("ts").to_numpy()
@@ -227,14 +243,22 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
 
-def search_memory(table, being_id: str, query: str, *, mode: str = "or", k: int = 10) -> list[Memory]:
-    """Keyword search over action, feeling, themes and the `when` history; dormant memories included."""
+def search_memory(
+    table, being_id: str, query: str, *, mode: str = "or", k: int = 10, fresh: Iterable[Memory] = ()
+) -> list[Memory]:
+    """Keyword search over action, feeling, themes and the `when` history; dormant memories included.
+
+    `fresh` are the being's fresh-tail memories, matched the same way (a published memory
+    with the same ref stands for its fresh one)."""
     if mode not in ("or", "and"):
         raise ValueError("mode must be 'or' or 'and'")
     where = primitives.memory_filter(being_id, statuses=SEARCHABLE)
     words = primitives.keywords(query)
-    if table is None or not words or k <= 0:
+    fresh = list(fresh)
+    if not words or k <= 0:
         return []
+    if table is None:
+        return _keyword_ranked({}, fresh, words, mode, k)
     # Full-text over the action, plus substring matches over feeling, themes and when.
     matches = [
         "("
@@ -248,6 +272,13 @@ def search_memory(table, being_id: str, query: str, *, mode: str = "or", k: int 
     side = primitives.filtered_rows(table, lance.all_of(where, " OR ".join(matches)), 10 * k)
     by_text = primitives.text_candidates(table, query, where, 10 * k)
     rows = {r["memory_ref"]: r for r in _rows(side) + _rows(by_text)}
+    return _keyword_ranked(rows, fresh, words, mode, k)
+
+
+def _keyword_ranked(rows: dict[str, dict], fresh: list[Memory], words: list[str], mode: str, k: int):
+    """The rows (and fresh memories) holding the words, most words first, then newest."""
+    for memory in fresh:
+        rows.setdefault(memory.memory_ref, dataclasses.asdict(memory))
     scored = []
     for row in rows.values():
         haystack = " ".join(
