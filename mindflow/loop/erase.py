@@ -781,23 +781,26 @@ def audit_deletion(
 
 
 def _blobs_holding(workspace: Path, matcher: Matcher) -> int:
-    """Objects of the repository (reachable or not) with a line that holds a deleted text."""
-    proc = subprocess.run(
+    """Objects of the repository (reachable or not) with a line that holds a deleted text, read as a
+    stream (one object in memory at a time)."""
+    proc = subprocess.Popen(
         ["git", "cat-file", "--batch-all-objects", "--batch"],
         cwd=workspace,
-        capture_output=True,
-        check=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
-    data, found, at = proc.stdout, 0, 0
-    while at < len(data):
-        header_end = data.index(b"\n", at)
-        _sha, kind, size = data[at:header_end].split(b" ")
-        body = data[header_end + 1 : header_end + 1 + int(size)]
-        at = header_end + 1 + int(size) + 1
-        if kind == b"blob" and b"\0" not in body[:8000]:
-            text = body.decode("utf-8", "replace")
-            if any(matcher.holds(line) for line in text.splitlines()):
-                found += 1
+    found = 0
+    assert proc.stdout is not None
+    with proc.stdout as out:
+        while header := out.readline():
+            _sha, kind, size = header.split()
+            body = out.read(int(size) + 1)[:-1]  # each object ends with a newline
+            if kind == b"blob" and b"\0" not in body[:8000]:
+                text = body.decode("utf-8", "replace")
+                if any(matcher.holds(line) for line in text.splitlines()):
+                    found += 1
+    if proc.wait():
+        raise MindflowError(f"could not read the objects of {workspace} (git cat-file failed)")
     return found
 
 
