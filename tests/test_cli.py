@@ -61,8 +61,8 @@ ERROR_CASES = {
     ),
     "run-unknown-job": (
         ["run", "consolidate"],
-        "unknown job 'consolidate'; use one of: ingest, extraction, patrol, decay, narrative, audit_digest, "
-        "ebook_reindex, forget",
+        "unknown job 'consolidate'; use one of: ingest, extraction, patrol, form, decay, narrative, "
+        "audit_digest, ebook_reindex, forget",
     ),
     "run-patrol-unknown-being": (["run", "patrol", "--being", "ghost"], "unknown being 'ghost'"),
     "run-decay-bad-day": (["run", "decay", "--partition", "2026-13-01"], "invalid day '2026-13-01'"),
