@@ -198,11 +198,15 @@ class RecallService:
         index = self.hot.get(table, being_id, version)
         # Which path answered, for the X-Mindflow-Recall header (the endpoint runs in this thread).
         self._served.source = "hot" if index is not None else "lance"
-        fresh = [
-            f
-            for f in self._fresh(being_id, table, version, index)
-            if f.ref not in exclude and _within(f.episode.ts, request.since, request.until)
+        view = self.tail.view(being_id, table, version, index)
+        excluded = set(exclude)
+        keep = [
+            not marks.hides(f.ref, f.episode_ids)
+            and f.ref not in excluded
+            and _within(f.episode.ts, request.since, request.until)
+            for f in view.memories
         ]
+        fresh, terms = view.where(keep)
         found = recall(
             table,
             being_id,
@@ -215,8 +219,9 @@ class RecallService:
             until=request.until,
             now=now,
             index=index,
-            fresh=fresh_tail.rows(fresh, len(fresh[0].vector)) if fresh else None,
-            corpus=self._corpus(being_id, table, version, index) if fresh else 0,
+            fresh=fresh if fresh.num_rows else None,
+            corpus=self._corpus(being_id, table, version, index) if fresh.num_rows else 0,
+            fresh_terms=terms,
         )
         return self.apply_marks(being_id, _without_published_twins(found))
 

@@ -179,22 +179,27 @@ def fts_terms(text: str) -> list[str]:
     return [w for w in _TOKEN.findall(folded) if w not in _STOP_WORDS and len(w) <= 40]
 
 
-def bm25(query: str, texts: list[str], corpus: int, published_hits: int = 0) -> np.ndarray:
-    """BM25 of `texts` for the query, as the full-text index scores its rows (same k1, b and idf).
+def term_counts(texts: list[str]) -> list[Counter]:
+    """Each text's words as the full-text index counts them (what `bm25` scores)."""
+    return [Counter(fts_terms(t)) for t in texts]
+
+
+def bm25(query: str, docs: list[Counter], corpus: int, published_hits: int = 0) -> np.ndarray:
+    """BM25 of texts (their `term_counts`) for the query, as the full-text index scores its rows
+    (same k1, b and idf).
 
     The texts are not in the index, so its statistics are estimated: `corpus` documents in
     all, and each query word in the texts that hold it plus the `published_hits` the index
     matched for the query (what a word's document frequency is at least, as far as one query
-    shows). Document lengths are those of `texts`.
+    shows). Document lengths are those of the texts.
     """
     words = list(dict.fromkeys(fts_terms(sanitize_fts_query(query))))
-    scores = np.zeros(len(texts), dtype=np.float64)
-    if not words or not texts:
+    scores = np.zeros(len(docs), dtype=np.float64)
+    if not words or not docs:
         return scores
-    docs = [Counter(fts_terms(t)) for t in texts]
     lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
     norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / max(float(lengths.mean()), 1.0))
-    n = max(corpus, len(texts))
+    n = max(corpus, len(docs))
     for word in words:
         tf = np.array([d.get(word, 0) for d in docs], dtype=np.float64)
         held = int((tf > 0).sum())

@@ -98,7 +98,7 @@ class FreshRetrieval:
     checked) is left out: the published row stands for it.
     """
 
-    def __init__(self, published, fresh: pa.Table, corpus: int):
+    def __init__(self, published, fresh: pa.Table, corpus: int, terms: list | None = None):
         self.published = published
         self.fresh = fresh
         self.refs = fresh.column("memory_ref").to_pylist()
@@ -107,7 +107,8 @@ class FreshRetrieval:
         norms = np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None) if len(vectors) else 1.0
         self.vectors = vectors / norms
         self.ts = fresh.column("ts").to_numpy()
-        self.texts = fresh.column("text").to_pylist()
+        # The texts' words as the full-text index counts them; the tail keeps them between requests.
+        self.terms = terms if terms is not None else primitives.term_counts(fresh.column("text").to_pylist())
         self.corpus = corpus  # published memories the full-text statistics stand for
         self.shadowed: set[str] = set()
 
@@ -151,7 +152,7 @@ class FreshRetrieval:
         if not self.refs:
             return published
         hits = published.num_rows if published is not None else 0
-        scores = primitives.bm25(query, self.texts, self.corpus + len(self.refs), hits)
+        scores = primitives.bm25(query, self.terms, self.corpus + len(self.refs), hits)
         matched = np.flatnonzero(scores > 0)
         if len(matched) == 0:
             return published

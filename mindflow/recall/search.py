@@ -47,6 +47,7 @@ def recall(
     index: BeingIndex | None = None,
     fresh: pa.Table | None = None,
     corpus: int = 0,
+    fresh_terms: list | None = None,
 ) -> list[Memory]:
     """Hybrid recall: vector and full-text candidates fused, lifted by their context,
     weighted by decay and recency, then MMR.
@@ -56,7 +57,7 @@ def recall(
     context windows and rows come from memory and only the full text from the table.
     `fresh` are the being's fresh-tail memories the request may see (`mindflow.loop.tail.rows`),
     ranked in the same pool and returned with `fresh=True`; `corpus` is how many published
-    memories the full-text statistics stand for.
+    memories the full-text statistics stand for; `fresh_terms` their `primitives.term_counts`.
     """
     config = config or RecallConfig()
     where = primitives.memory_filter(
@@ -78,7 +79,7 @@ def recall(
     else:
         source = LanceRetrieval(table, where)
     if has_fresh:
-        source = FreshRetrieval(source, fresh, corpus)
+        source = FreshRetrieval(source, fresh, corpus, fresh_terms)
     limit, vector_limit = max(config.candidates, 2 * k), max(config.vector_candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
     by_vector = by_text = None
