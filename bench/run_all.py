@@ -10,6 +10,7 @@ BENCHMARKS = [
     "bench_ingest_patrol.py",
     "bench_recall.py",
     "bench_latency.py",
+    "bench_read_your_writes.py",
     "bench_ebooks.py",
     "bench_llm.py",
     "bench_llm_hang.py",
