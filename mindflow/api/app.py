@@ -317,7 +317,7 @@ def create_app(
         )
 
     app.include_router(v1)
-    app.include_router(loop_router(errors(*BODY, 401, 403, 422)))
+    app.include_router(loop_router(errors(401, 403, 422), errors(*BODY)))
     app.include_router(memories_router(errors(401, 403, 422)))
     app.include_router(ebooks_router(errors(*BODY, 401, 422)))
 

@@ -70,13 +70,14 @@ def trigger_proposals(service, being_id: str, episodes: list) -> list[str]:
     return [p.proposal_id for p in found]
 
 
-def loop_router(responses: dict) -> APIRouter:
+def loop_router(responses: dict, body: dict) -> APIRouter:
+    """The routes; `responses` are every route's error answers, `body` those of a POST (400, 413)."""
     router = APIRouter(prefix="/v1/beings/{being_id}", tags=["loop"], responses=responses)
     not_found = {404: {"model": models.ErrorResponse, "description": "Unknown ref or proposal."}}
     conflict = {409: {"model": models.ErrorResponse, "description": "Already decided, or deleted for good."}}
 
-    @router.post("/forget", response_model=models.ForgetResponse, responses={**not_found, **conflict})
-    def forget_route(being_id: Being, body: models.ForgetRequest, request: Request) -> models.ForgetResponse:
+    @router.post("/forget", response_model=models.ForgetResponse, responses={**body, **not_found, **conflict})
+    def forget_route(being_id: Being, ask: models.ForgetRequest, request: Request) -> models.ForgetResponse:
         """Forget in two steps, as the Moltbot design asks.
 
         1. `{"query": ...}` and/or `{"refs": [...]}`: finds every candidate (memories, dormant
@@ -88,26 +89,28 @@ def loop_router(responses: dict) -> APIRouter:
            deletes them everywhere, for good. `"confirm": false` rejects the proposal.
         """
         settings = request.app.state.service.settings
-        if body.proposal_id is None:
+        if ask.proposal_id is None:
             proposal = forget.propose(
                 settings,
                 being_id,
-                body.query,
-                body.refs or [],
+                ask.query,
+                ask.refs or [],
                 created_by="user",
                 table=_table(request),
                 fresh=_fresh(request, being_id),
             )
-        elif body.confirm:
+        elif ask.confirm:
             proposal = forget.confirm(
-                settings, being_id, body.proposal_id, body.refs, permanent=body.permanent
+                settings, being_id, ask.proposal_id, ask.refs, permanent=ask.permanent
             ).proposal
         else:
-            proposal = forget.reject(settings, being_id, body.proposal_id)
+            proposal = forget.reject(settings, being_id, ask.proposal_id)
         return _forget_response(proposal)
 
     @router.post(
-        "/memories/{ref}/restore", response_model=models.RestoreResponse, responses={**not_found, **conflict}
+        "/memories/{ref}/restore",
+        response_model=models.RestoreResponse,
+        responses={**body, **not_found, **conflict},
     )
     def restore_route(being_id: Being, ref: RefPath, request: Request) -> models.RestoreResponse:
         """Undo a soft forget: the memory is recallable again at once (409 once deleted for good)."""
@@ -127,7 +130,7 @@ def loop_router(responses: dict) -> APIRouter:
         return models.PinResponse(being_id=being_id, ref=ref, pinned=value)
 
     @router.post(
-        "/memories/{ref}/pin", response_model=models.PinResponse, responses={**not_found, **conflict}
+        "/memories/{ref}/pin", response_model=models.PinResponse, responses={**body, **not_found, **conflict}
     )
     def pin_route(being_id: Being, ref: RefPath, request: Request) -> models.PinResponse:
         """Pin a memory: it never decays, always has a place among MEMORY.md's Critical Facts and
@@ -135,7 +138,9 @@ def loop_router(responses: dict) -> APIRouter:
         return _pin(being_id, ref, request, True)
 
     @router.post(
-        "/memories/{ref}/unpin", response_model=models.PinResponse, responses={**not_found, **conflict}
+        "/memories/{ref}/unpin",
+        response_model=models.PinResponse,
+        responses={**body, **not_found, **conflict},
     )
     def unpin_route(being_id: Being, ref: RefPath, request: Request) -> models.PinResponse:
         """Unpin a memory: it decays like any other from the next run on."""
