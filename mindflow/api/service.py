@@ -198,7 +198,7 @@ class RecallService:
         index = self.hot.get(table, being_id, version)
         # Which path answered, for the X-Mindflow-Recall header (the endpoint runs in this thread).
         self._served.source = "hot" if index is not None else "lance"
-        view = self.tail.view(being_id, table, version, index)
+        view = self.tail.view(being_id, table, version)
         excluded = set(exclude)
         keep = [
             not marks.hides(f.ref, f.episode_ids)
@@ -225,12 +225,12 @@ class RecallService:
         )
         return self.apply_marks(being_id, _without_published_twins(found))
 
-    def _fresh(self, being_id: str, table, version, index=None) -> list[fresh_tail.FreshMemory]:
+    def _fresh(self, being_id: str, table, version) -> list[fresh_tail.FreshMemory]:
         """The being's fresh memories no tombstone hides, checked against the version the request reads."""
         marks = self.marks.state(being_id)
         return [
             f
-            for f in self.tail.memories(being_id, table, version, index)
+            for f in self.tail.memories(being_id, table, version)
             if not marks.hides(f.ref, f.episode_ids)
         ]
 

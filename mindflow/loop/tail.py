@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from mindflow import lance
 from mindflow.config import Settings
@@ -43,7 +42,6 @@ from mindflow.ingest import detect_format, parse_bytes
 from mindflow.loop.refs import episode_memory_ref
 from mindflow.models import Episode
 from mindflow.patrol import node_text
-from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import Memory
 from mindflow.recall.primitives import term_counts
 from mindflow.vectors import to_column
@@ -151,7 +149,7 @@ class _Being:
     # Accepted by this process since the last listing (the file may not show them yet).
     posted: dict[str, tuple[float, Episode]] = field(default_factory=dict)
     episodes: dict[str, Episode] = field(default_factory=dict)  # what the files and posts hold
-    # per version read (of the hot index or of the table): (episode ids checked, those published)
+    # per table version read: (episode ids checked, those a memory of that version holds)
     checks: OrderedDict = field(default_factory=OrderedDict)
     capped_logged: bool = False
     view: FreshView = field(default_factory=lambda: EMPTY)
@@ -203,25 +201,21 @@ class FreshTail:
 
     # ------------------------------------------------------------------ reads
 
-    def memories(
-        self, being_id: str, table=None, version=None, index: BeingIndex | None = None
-    ) -> list[FreshMemory]:
+    def memories(self, being_id: str, table=None, version=None) -> list[FreshMemory]:
         """The being's unpublished episodes as fresh memories, oldest first, at most `tail_max_episodes`.
 
-        `table` and `version` are what the request reads (None before the first publish);
-        `index` the being's hot index when the request reads that: published episodes are
-        looked up in it instead of in LanceDB.
+        `table` and `version` are what the request reads (None before the first publish).
         """
-        return self.view(being_id, table, version, index).memories
+        return self.view(being_id, table, version).memories
 
-    def view(self, being_id: str, table=None, version=None, index: BeingIndex | None = None) -> FreshView:
+    def view(self, being_id: str, table=None, version=None) -> FreshView:
         """`memories` with their rows and term counts, built again only when they change."""
         if not self.enabled:
             return EMPTY
         state = self._state(being_id)
         with state.lock:
             self._scan(being_id, state)
-            published = self._published(being_id, state, table, version, index)
+            published = self._published(being_id, state, table, version)
             waiting = [e for i, e in state.episodes.items() if i not in published]
             waiting.sort(key=lambda e: (e.ts, e.episode_id))
             if len(waiting) > self.max_episodes:
@@ -301,24 +295,21 @@ class FreshTail:
 
     # ------------------------------------------------------------------ published?
 
-    def _published(self, being_id: str, state: _Being, table, version, index: BeingIndex | None) -> set[str]:
-        """The tail's episodes that a memory published at the version the request reads holds.
+    def _published(self, being_id: str, state: _Being, table, version) -> set[str]:
+        """The tail's episodes that a memory of the table at `version` holds, whatever its status.
 
-        Each episode is looked up once per version: recall reads the hot index, search the
-        table, so a few versions are kept.
+        Every status counts: a memory archived (forgotten, or by decay) or dormant is published
+        too, and the hot index holds only the recallable ones. Each episode is looked up once
+        per version.
         """
-        key = ("index", index.version) if index is not None else ("table", version)
-        checked, published = state.checks.pop(key, (set(), set()))
-        state.checks[key] = (checked, published)
+        checked, published = state.checks.pop(version, (set(), set()))
+        state.checks[version] = (checked, published)
         while len(state.checks) > 4:
             state.checks.popitem(last=False)
         ids = sorted(state.episodes.keys() - checked)
-        if ids:
-            if index is not None:
-                published |= _published_in_index(index, being_id, ids)
-            elif table is not None:
-                published |= _published_in_table(table, being_id, ids)
-            checked.update(ids)
+        if ids and table is not None:
+            published |= _published_in_table(table, being_id, ids)
+        checked.update(ids)
         return published
 
     # ------------------------------------------------------------------ embedding
@@ -368,18 +359,6 @@ def _walk(folder: Path, found: dict[Path, tuple[int, int]], changed_since: float
         if changed_since is not None and max(stat.st_mtime, stat.st_ctime) < changed_since:
             continue
         found[Path(entry.path)] = (stat.st_size, stat.st_mtime_ns)
-
-
-def _published_in_index(index: BeingIndex, being_id: str, ids: list[str]) -> set[str]:
-    """Which of the episodes a recallable memory of the hot index holds (by ref or by source)."""
-    refs = {episode_memory_ref(being_id, i): i for i in ids}
-    out = {refs[str(index.refs[p])] for p in index.positions(list(refs))}
-    sources = index.rows.column("source_episode_ids")
-    flat = pc.list_flatten(sources)
-    held = pc.is_in(flat, value_set=pa.array(ids, pa.string()))
-    if pc.any(held).as_py():
-        out |= set(flat.filter(held).to_pylist())
-    return out
 
 
 def _published_in_table(table, being_id: str, ids: list[str]) -> set[str]:
