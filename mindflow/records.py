@@ -385,3 +385,36 @@ def get_history(
         if mark is not None:
             entries.append(HistoryEntry(None, mark.ts, "deleted", mark.actor, None, None, None, pending=True))
     return MemoryHistory(being_id, ref, deleted, entries)
+
+
+_MARK_OPERATIONS = {"forget": "forgotten", "restore": "restored", "pin": "pinned", "unpin": "unpinned"}
+
+
+def fresh_record(memory, state: MarkState = MarkState()) -> MemoryRecord:
+    """A memory of the server's fresh tail (accepted, not formed yet) as a record: status active
+    (archived once forgotten), no decay, no cluster yet."""
+    row = {
+        "memory_ref": memory.memory_ref,
+        "being_id": memory.being_id,
+        "text": memory.text,
+        "status": "active",
+        "kind": memory.kind,
+        "importance": memory.importance,
+        "trigger": memory.trigger,
+        "when_dates": list(memory.when_dates),
+        "source_episode_ids": list(memory.source_episode_ids),
+        "ts": memory.ts,
+    }
+    return _record(row, state)
+
+
+def fresh_history(memory, marks: Iterable[Mark]) -> MemoryHistory:
+    """The history of a fresh memory: accepted, then the marks set on it, all pending until a run
+    forms the memory and folds them in."""
+    entries = [HistoryEntry(None, memory.ts or datetime.min, "accepted", "agent", pending=True)]
+    for mark in marks:
+        if mark.op in _MARK_OPERATIONS and (
+            memory.memory_ref in mark.refs or set(memory.source_episode_ids) & set(mark.episode_ids)
+        ):
+            entries.append(HistoryEntry(None, mark.ts, _MARK_OPERATIONS[mark.op], mark.actor, pending=True))
+    return MemoryHistory(memory.being_id, memory.memory_ref, False, entries)

@@ -405,3 +405,24 @@ def test_a_forget_instruction_in_a_dropped_file_is_proposed_at_ingestion(world):
     assert all(p.status == "pending" for p in proposals)
     assert [p.proposal_id for p in again] == [p.proposal_id for p in proposals]  # once per instruction
     assert len(ProposalStore(settings.proposals).list("ada")) == 2
+
+
+def test_the_readme_round_trip_runs_as_written(world):
+    """The README's remember / recall / pin / forget / restore example, run against a real server."""
+    import re
+    from pathlib import Path
+
+    settings, _, _ = world
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## The agent's loop", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    config = RecallConfig.for_model(settings.embedding_model)
+    with BackgroundServer(create_app(settings, recall_config=config, tokens={"tokA": "*"})) as server:
+        exec(compile(code.replace("http://127.0.0.1:8765", server.url), "README.md", "exec"), {})
+        with httpx.Client(base_url=server.url, headers={"Authorization": "Bearer tokA"}, timeout=60) as http:
+            found = http.post("/v1/beings/ada/recall", json={"query": "gym locker code", "k": 1}).json()
+            (memory,) = found["memories"]
+            history = http.get(f"/v1/beings/ada/memories/{memory['memory_ref']}/history").json()
+    assert memory["text"] == "My locker code at the gym is 4471." and memory["fresh"] and memory["pinned"]
+    operations = [(e["operation"], e["pending"]) for e in history["entries"]]
+    assert operations == [("accepted", True), ("pinned", True), ("forgotten", True), ("restored", True)]

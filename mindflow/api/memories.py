@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Query, Request
 from mindflow import lance, memory_history, records
 from mindflow.api import models
 from mindflow.api.auth import Being
+from mindflow.errors import NotFound
 from mindflow.loop.marks import read_marks
 
 RefPath = Annotated[str, Path(min_length=1, max_length=records.MAX_REF_CHARS, pattern=r"^[^\x00/]+$")]
@@ -23,6 +24,14 @@ Status = Literal["active", "dying", "dormant", "dead", "archived"]
 
 def record_out(record: records.MemoryRecord) -> models.MemoryRecord:
     return models.MemoryRecord.model_validate(dataclasses.asdict(record))
+
+
+def _fresh(service, being_id: str, ref: str):
+    """The fresh-tail memory `ref` of this server (accepted, not published yet), or None."""
+    fresh = getattr(service, "fresh_memories", None)
+    if fresh is None:
+        return None
+    return next((m for m in fresh(being_id) if m.memory_ref == ref), None)
 
 
 def memories_router(responses: dict) -> APIRouter:
@@ -81,7 +90,14 @@ def memories_router(responses: dict) -> APIRouter:
     def get_route(being_id: Being, ref: RefPath, request: Request) -> models.MemoryRecord:
         """One memory: status, decay, pin, cluster, scene, feeling, sources and times."""
         service, table, _ = tables(request)
-        return record_out(records.get_memory(table, being_id, ref, service.marks.state(being_id)))
+        state = service.marks.state(being_id)
+        try:
+            return record_out(records.get_memory(table, being_id, ref, state))
+        except NotFound:
+            fresh = _fresh(service, being_id, ref)
+            if fresh is None:
+                raise
+            return record_out(records.fresh_record(fresh, state))
 
     @router.get("/{ref}/history", response_model=models.MemoryHistory, responses=not_found)
     def history_route(being_id: Being, ref: RefPath, request: Request) -> models.MemoryHistory:
@@ -89,7 +105,13 @@ def memories_router(responses: dict) -> APIRouter:
         service, table, latest_history = tables(request)
         state = service.marks.state(being_id)
         marks = read_marks(service.settings.loop, being_id) if state.deleted or state.deleted_episodes else ()
-        found = records.get_history(latest_history.get()[0], table, being_id, ref, state, marks)
+        try:
+            found = records.get_history(latest_history.get()[0], table, being_id, ref, state, marks)
+        except NotFound:
+            fresh = _fresh(service, being_id, ref)
+            if fresh is None:
+                raise
+            found = records.fresh_history(fresh, read_marks(service.settings.loop, being_id))
         return models.MemoryHistory.model_validate(dataclasses.asdict(found))
 
     return router
