@@ -90,7 +90,10 @@ _FACTS_SQL = f"""
     SELECT f.fact_id, f.being_id, f.entity, coalesce(a.entity_key, f.raw_key) AS entity_key,
            f.key, f.value, f.category, f.confidence, round(f.activation, 1) AS activation,
            f.importance, f.valid_at, f.source_episode_ids
-    FROM (SELECT *, {_KEY_FUNCTION}(entity) AS raw_key FROM facts WHERE invalid_at IS NULL AND forgotten_at IS NULL) f
+    FROM (
+        SELECT *, {_KEY_FUNCTION}(entity) AS raw_key FROM facts
+        WHERE invalid_at IS NULL AND forgotten_at IS NULL
+    ) f
     LEFT JOIN graph_aliases a ON a.being_id = f.being_id AND a.alias_key = f.raw_key
 """
 
@@ -268,24 +271,11 @@ def _publish_kind(con, db, kind: _Kind, now: datetime, per_being: dict[str, dict
         ]
         if changed.num_rows:
             batch = changed.select(kind.schema.names).cast(kind.schema)
-            if table is None:
-                table = db.create_table(kind.table, data=batch)
-                for column in ("being_id", *kind.indexed):
-                    from lancedb.index import BTree
-
-                    table.create_index(column, config=BTree(), replace=True)
-            else:
-                (
-                    table.merge_insert(kind.id_column)
-                    .when_matched_update_all()
-                    .when_not_matched_insert_all()
-                    .execute(batch)
-                )
+            table = lance.upsert(db, kind.table, table, batch, kind.id_column)
+            lance.ensure_scalar_indexes(table, dict.fromkeys(("being_id", *kind.indexed), "BTREE"))
             result.upserted = changed.num_rows
         if table is not None and removed:
-            for start in range(0, len(removed), CHUNK):
-                table.delete(lance.where(**{kind.id_column: removed[start : start + CHUNK]}))
-            result.deleted = len(removed)
+            result.deleted = lance.delete_keys(table, kind.id_column, removed)
         if table is not None and (result.upserted or result.deleted):
             # Folds the new rows into the scalar indexes and compacts small fragments.
             table.optimize()

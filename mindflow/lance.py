@@ -232,6 +232,39 @@ def open_table(db, name: str):
         return None
 
 
+# Keys per `delete` filter: a longer IN list makes LanceDB's filter parser slow.
+DELETE_CHUNK = 500
+
+
+def upsert(db, name: str, table, rows: pa.Table, key: str):
+    """Write `rows` by `key`: the table is created by its first rows, later ones replace the rows
+    with the same key or are added. Returns the table."""
+    if table is None:
+        return db.create_table(name, data=rows)
+    table.merge_insert(key).when_matched_update_all().when_not_matched_insert_all().execute(rows)
+    return table
+
+
+def delete_keys(table, key: str, values: list[str]) -> int:
+    """Delete the rows whose `key` is one of `values`; returns how many keys were given."""
+    for start in range(0, len(values), DELETE_CHUNK):
+        table.delete(where(**{key: values[start : start + DELETE_CHUNK]}))
+    return len(values)
+
+
+def ensure_scalar_indexes(table, kinds: dict[str, str]) -> list[str]:
+    """Build the scalar indexes (`{column: "BITMAP" | "BTREE"}`) the table lacks; returns their columns."""
+    from lancedb.index import Bitmap, BTree
+
+    have = {column for index in table.list_indices() for column in index.columns}
+    built = []
+    for column, kind in kinds.items():
+        if column not in have:
+            table.create_index(column, config=Bitmap() if kind == "BITMAP" else BTree(), replace=True)
+            built.append(column)
+    return built
+
+
 def count_by(table, column: str, values: Iterable[str]) -> dict[str, int]:
     """How many rows each value of `column` has (for invariant checks)."""
     values = list(values)

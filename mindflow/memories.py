@@ -28,7 +28,6 @@ from mindflow.models import utcnow
 from mindflow.vectors import to_column, to_matrix
 
 TABLE = "memories"
-DELETE_CHUNK = 500
 # Scalar indexes turn the being/status prefilter of every recall, its context windows
 # (`ts`) and its reads by ref into index lookups instead of scans: recall at 10,000
 # memories takes about half the time with them (bench/bench_latency.py).
@@ -90,17 +89,14 @@ def ensure_indexes(table, vector_min_rows: int = VECTOR_INDEX_MIN_ROWS) -> list[
 
     Rows written later are folded into existing indexes by `optimize()`.
     """
-    from lancedb.index import FTS, Bitmap, BTree, IvfFlat
+    from lancedb.index import FTS, IvfFlat
 
     have = {column for index in table.list_indices() for column in index.columns}
     built = []
     if "text" not in have:
         table.create_index("text", config=FTS(), replace=True)
         built.append("text")
-    for column, kind in SCALAR_INDEXES.items():
-        if column not in have:
-            table.create_index(column, config=Bitmap() if kind == "BITMAP" else BTree(), replace=True)
-            built.append(column)
+    built += lance.ensure_scalar_indexes(table, SCALAR_INDEXES)
     rows = table.count_rows()
     if "vector" not in have and rows >= vector_min_rows:
         partitions = max(1, int(np.sqrt(rows) / 6))
@@ -150,21 +146,10 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> 
             ).fetchall()
         ]
         if changed.num_rows:
-            batch = _to_lance(changed)
-            if table is None:
-                table = db.create_table(TABLE, data=batch)
-            else:
-                (
-                    table.merge_insert("memory_ref")
-                    .when_matched_update_all()
-                    .when_not_matched_insert_all()
-                    .execute(batch)
-                )
+            table = lance.upsert(db, TABLE, table, _to_lance(changed), "memory_ref")
             report.upserted = changed.num_rows
         if table is not None and removed:
-            for start in range(0, len(removed), DELETE_CHUNK):
-                table.delete(lance.where(memory_ref=removed[start : start + DELETE_CHUNK]))
-            report.deleted = len(removed)
+            report.deleted = lance.delete_keys(table, "memory_ref", removed)
         if table is not None and (report.upserted or report.deleted):
             report.indexes_built = ensure_indexes(table)
             # Folds new rows into the indexes and compacts small fragments.

@@ -20,7 +20,6 @@ import pyarrow as pa
 from mindflow import lance, store
 
 TABLE = "memory_history"
-DELETE_CHUNK = 500
 # Fact changes (values, which are content) are not a memory's history.
 FACT_OPERATIONS = ("superseded",)
 # Rows written before `history.actor` existed, or by a writer that left it out.
@@ -90,21 +89,13 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime) -> HistoryReport:
         ).fetchall()
     ]
     if new.num_rows:
-        batch = new.cast(SCHEMA)
-        if table is None:
-            table = db.create_table(TABLE, data=batch)
-        else:
-            # An upsert: a rewritten row comes back under its id.
-            table.merge_insert("history_id").when_matched_update_all().when_not_matched_insert_all().execute(
-                batch
-            )
+        # An upsert: a rewritten (scrubbed) row comes back under its id.
+        table = lance.upsert(db, TABLE, table, new.cast(SCHEMA), "history_id")
         report.appended = new.num_rows
     if table is not None and removed:
-        for start in range(0, len(removed), DELETE_CHUNK):
-            table.delete(lance.where(history_id=removed[start : start + DELETE_CHUNK]))
-        report.deleted = len(removed)
+        report.deleted = lance.delete_keys(table, "history_id", removed)
     if table is not None and (report.appended or report.deleted):
-        _ensure_indexes(table)
+        lance.ensure_scalar_indexes(table, SCALAR_INDEXES)
         table.optimize()
     # Recorded after LanceDB holds the rows: a failure in between writes them again next time.
     with store.registered(con, "history_appended", new.select(["history_id", "being_id", "seq"])):
@@ -119,14 +110,6 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime) -> HistoryReport:
         report.rows = table.count_rows()
     return report
 
-
-def _ensure_indexes(table) -> None:
-    from lancedb.index import Bitmap, BTree
-
-    have = {column for index in table.list_indices() for column in index.columns}
-    for column, kind in SCALAR_INDEXES.items():
-        if column not in have:
-            table.create_index(column, config=Bitmap() if kind == "BITMAP" else BTree(), replace=True)
 
 
 def rows_of(table, being_id: str, memory_ref: str) -> list[dict]:
