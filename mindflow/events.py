@@ -14,11 +14,10 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from filelock import FileLock
 
 from mindflow import store
 from mindflow.errors import MindflowError
-from mindflow.files import append_lines, fsync_dir
+from mindflow.files import append_locked
 from mindflow.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -100,14 +99,8 @@ def append_events(events_dir: Path, events: Sequence[RecallEvent]) -> None:
     for event in events:
         by_day.setdefault(event.ts.date(), []).append(event)
     for day, batch in sorted(by_day.items()):
-        folder = events_dir / day.isoformat()
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            fsync_dir(events_dir)
-        path = folder / f"{socket.gethostname()}-{os.getpid()}.jsonl"
-        data = "".join(_to_line(e) for e in batch).encode("utf-8")
-        with FileLock(str(path) + ".lock"):
-            append_lines(path, data)
+        path = events_dir / day.isoformat() / f"{socket.gethostname()}-{os.getpid()}.jsonl"
+        append_locked(path, "".join(_to_line(e) for e in batch).encode("utf-8"))
 
 
 def _to_line(event: RecallEvent) -> str:

@@ -29,6 +29,18 @@ def append_lines(path: Path, data: bytes) -> None:
         fsync_dir(path.parent)
 
 
+def append_locked(path: Path, data: bytes) -> None:
+    """`append_lines` under `<path>.lock`, creating the folder (durably) first: for files that
+    several threads of a process, and the runs that rewrite them, share."""
+    from filelock import FileLock
+
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsync_dir(path.parent.parent)
+    with FileLock(str(path) + ".lock"):
+        append_lines(path, data)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace a file's content all at once: readers see the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)

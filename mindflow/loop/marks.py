@@ -19,14 +19,12 @@ import os
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from filelock import FileLock
-
 from mindflow.errors import MindflowError
-from mindflow.files import append_lines, fsync_dir
+from mindflow.files import append_locked
 from mindflow.inbox import validate_being_id
 from mindflow.models import utcnow
 
@@ -86,26 +84,12 @@ def append_marks(loop_dir: Path, marks: Sequence[Mark]) -> None:
     for mark in marks:
         by_being.setdefault(mark.being_id, []).append(mark)
     for being_id, batch in by_being.items():
-        path = marks_path(loop_dir, being_id)
-        if not path.parent.is_dir():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fsync_dir(path.parent.parent)
         data = "".join(_to_line(m) for m in batch).encode("utf-8")
-        with FileLock(str(path) + ".lock"):
-            append_lines(path, data)
+        append_locked(marks_path(loop_dir, being_id), data)
 
 
 def _to_line(mark: Mark) -> str:
-    record = {
-        "mark_id": mark.mark_id,
-        "being_id": mark.being_id,
-        "op": mark.op,
-        "refs": list(mark.refs),
-        "episode_ids": list(mark.episode_ids),
-        "ts": mark.ts.isoformat(),
-        "actor": mark.actor,
-        "proposal_id": mark.proposal_id,
-    }
+    record = {**asdict(mark), "ts": mark.ts.isoformat()}
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
@@ -134,7 +118,7 @@ def read_marks(loop_dir: Path, being_id: str) -> list[Mark]:
     path = marks_path(loop_dir, being_id)
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     return _parse(data, path, being_id)
 
@@ -225,7 +209,7 @@ class MarkCache:
         path = marks_path(self.loop_dir, being_id)
         try:
             stat = os.stat(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no mark was ever written there
             return MarkState()
         key = (stat.st_size, stat.st_mtime_ns)
         with self._lock:
