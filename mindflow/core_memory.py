@@ -291,10 +291,8 @@ def build_core_memory(
     The being's marks are folded in first: a memory forgotten since the last run leaves
     MEMORY.md now, a pinned one takes its place among the Critical Facts."""
     from mindflow.loop.fold import fold_marks
-    from mindflow.loop.marks import read_marks, state_of
 
-    fold_marks(con, settings, being_id, utcnow(), run_id)
-    hidden = sorted(state_of(read_marks(settings.loop, being_id)).forgotten_episodes)
+    hidden = sorted(fold_marks(con, settings, being_id, utcnow(), run_id).state.forgotten_episodes)
     blocks = gather(con, settings, being_id, hidden_episodes=hidden)
     count = estimate_tokens if llm is None else (lambda t: max(estimate_tokens(t), llm.count_tokens(t)))
     text, tokens, dropped = render(being_id, blocks, "mechanical", count=count)

@@ -223,13 +223,14 @@ def test_restore_undoes_a_soft_forget(world):
 def test_pin_is_visible_at_once_and_the_runs_keep_it_alive(world):
     settings, refs, (one, two) = world
     tea = refs["a04"]
+    ask = {"query": "grey cat, cello and tea", "k": 3}
     pinned = one.post(f"/v1/beings/ada/memories/{tea}/pin")
     assert pinned.status_code == 200, pinned.text
     assert pinned.json() == {"being_id": "ada", "ref": tea, "pinned": True}
     memories = two.post("/v1/beings/ada/recall", json={"query": "favourite smoked tea"}).json()["memories"]
     assert {m["memory_ref"]: m["pinned"] for m in memories}[tea] is True
     # Resonance returns the pinned memory first, before better matches of the query.
-    resonance = two.post("/v1/beings/ada/resonance", json={"query": "grey cat, cello and tea", "k": 3}).json()
+    resonance = two.post("/v1/beings/ada/resonance", json=ask).json()
     assert resonance["items"][0]["memory"]["memory_ref"] == tea
 
     assert _fold(settings).pinned == 1
@@ -426,3 +427,33 @@ def test_the_readme_round_trip_runs_as_written(world):
     assert memory["text"] == "My locker code at the gym is 4471." and memory["fresh"] and memory["pinned"]
     operations = [(e["operation"], e["pending"]) for e in history["entries"]]
     assert operations == [("accepted", True), ("pinned", True), ("forgotten", True), ("restored", True)]
+
+
+def test_a_confirm_whose_mark_cannot_be_written_leaves_the_proposal_open(world):
+    from mindflow.loop import forget
+
+    settings, refs, (one, _) = world
+    proposal = one.post("/v1/beings/ada/forget", json={"refs": [refs["a02"]]}).json()["proposal_id"]
+    settings.loop.mkdir(parents=True, exist_ok=True)
+    (settings.loop / "ada").write_text("a file where the marks folder belongs")
+    with pytest.raises(OSError):
+        forget.confirm(settings, "ada", proposal)
+    assert ProposalStore(settings.proposals).get("ada", proposal).status == "pending"
+    assert refs["a02"] in _recalled(one, "grey cat from the shelter")
+    (settings.loop / "ada").unlink()
+    # Confirmed again once the disk is fixed: applied, not a 409.
+    confirmed = one.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "confirm": True})
+    assert confirmed.status_code == 200, confirmed.text
+    assert refs["a02"] not in _recalled(one, "grey cat from the shelter")
+
+
+def test_resonance_returns_a_pinned_memory_first(world):
+    settings, refs, (one, two) = world
+    cat = refs["a02"]
+    ask = {"query": "grey cat and smoked tea", "k": 3}
+    first = one.post("/v1/beings/ada/resonance", json=ask).json()["items"][0]["memory"]
+    # Unpinned, a fact-like memory (the tea, a preference) leads the block.
+    assert first["memory_ref"] == refs["a04"]
+    assert one.post(f"/v1/beings/ada/memories/{cat}/pin").status_code == 200
+    first = two.post("/v1/beings/ada/resonance", json=ask).json()["items"][0]["memory"]
+    assert first["memory_ref"] == cat and first["pinned"]

@@ -22,9 +22,7 @@ RefPath = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00/]+
 
 def _fresh(request: Request, being_id: str) -> list:
     """The being's fresh-tail memories of this server (what it accepted and has not published)."""
-    service = request.app.state.service
-    fresh = getattr(service, "fresh_memories", None)
-    return list(fresh(being_id)) if fresh is not None else []
+    return request.app.state.service.fresh_memories(being_id)
 
 
 def _table(request: Request):
@@ -60,9 +58,12 @@ def trigger_proposals(service, being_id: str, episodes: list) -> list[str]:
     if not any(r["trigger"] == "forget" for r in records):
         return []
     try:
-        fresh = service.fresh_memories(being_id) if hasattr(service, "fresh_memories") else []
         found = forget.proposals_for_triggers(
-            service.settings, being_id, records, table=service.latest.get()[0], fresh=fresh
+            service.settings,
+            being_id,
+            records,
+            table=service.latest.get()[0],
+            fresh=service.fresh_memories(being_id),
         )
     except Exception:  # noqa: BLE001 - the episodes are kept; ingestion proposes again
         log.exception("could not open forget proposals for %s", being_id)

@@ -28,10 +28,7 @@ def record_out(record: records.MemoryRecord) -> models.MemoryRecord:
 
 def _fresh(service, being_id: str, ref: str):
     """The fresh-tail memory `ref` of this server (accepted, not published yet), or None."""
-    fresh = getattr(service, "fresh_memories", None)
-    if fresh is None:
-        return None
-    return next((m for m in fresh(being_id) if m.memory_ref == ref), None)
+    return next((m for m in service.fresh_memories(being_id) if m.memory_ref == ref), None)
 
 
 def memories_router(responses: dict) -> APIRouter:

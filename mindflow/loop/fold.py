@@ -9,8 +9,7 @@ only what changes writes a history row.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 import duckdb
@@ -32,13 +31,14 @@ class MarkFoldReport:
     unpinned: int = 0
     facts_forgotten: int = 0  # facts and relations
     facts_restored: int = 0
+    state: MarkState = field(default_factory=MarkState, repr=False)  # what the marks say now
 
     def counts(self) -> dict[str, int]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "state"}
 
     @property
     def changed(self) -> int:
-        return sum(v for k, v in asdict(self).items() if k != "marks")
+        return sum(v for k, v in self.counts().items() if k != "marks")
 
 
 def fold_marks(
@@ -53,7 +53,7 @@ def fold_marks(
     report = MarkFoldReport()
     if not marks:
         return report
-    state = state_of(marks)
+    state = report.state = state_of(marks)
     folded = {
         r[0]
         for r in con.execute("SELECT mark_id FROM folded_marks WHERE being_id = ?", [being_id]).fetchall()
@@ -97,6 +97,16 @@ _HIDDEN = "(list_contains($refs, n.node_id) OR list_has_any(n.source_episode_ids
 _HIDDEN_FACT = "(list_contains($refs, {id}) OR list_has_any(coalesce(source_episode_ids, []), $episodes))"
 
 
+def _params(being_id: str, state: MarkState, now: datetime) -> dict:
+    """The named parameters of the statements below: the being, what its tombstones hide, now."""
+    return {
+        "being": being_id,
+        "refs": sorted(state.forgotten),
+        "episodes": sorted(state.forgotten_episodes),
+        "now": now,
+    }
+
+
 def _used(params: dict, *sql: str) -> dict:
     """The named parameters the statements name (DuckDB refuses unused ones)."""
     text = " ".join(sql)
@@ -104,12 +114,7 @@ def _used(params: dict, *sql: str) -> dict:
 
 
 def _forget(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, who: Who) -> None:
-    params = {
-        "being": being_id,
-        "refs": sorted(state.forgotten),
-        "episodes": sorted(state.forgotten_episodes),
-        "now": now,
-    }
+    params = _params(being_id, state, now)
     if not params["refs"] and not params["episodes"]:
         return
     archived = con.execute(
@@ -145,12 +150,7 @@ def _forget(con, being_id: str, state: MarkState, now: datetime, report: MarkFol
 
 def _restore(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, who: Who) -> None:
     """Memories archived by a tombstone that no mark hides any more go back to their status before."""
-    params = {
-        "being": being_id,
-        "refs": sorted(state.forgotten),
-        "episodes": sorted(state.forgotten_episodes),
-        "now": now,
-    }
+    params = _params(being_id, state, now)
     back = con.execute(
         f"""
         SELECT n.node_id, coalesce((
@@ -248,33 +248,25 @@ def _history(con, being_id, rows, operation: str, after_status: str | None, now,
 
 def _audit(con, settings: Settings, being_id: str, report: MarkFoldReport, actors, run_id, now) -> None:
     """One audit row per kind of change, committed to the workspace with the person's decision."""
-    changes = Counter(
-        {
-            (
-                "ARCHIVE",
-                "forget",
-                f"{report.forgotten} memories and {report.facts_forgotten} facts forgotten",
-            ): (report.forgotten + report.facts_forgotten),
-            ("EDIT", "restore", f"{report.restored} memories and {report.facts_restored} facts restored"): (
-                report.restored + report.facts_restored
-            ),
-            ("EDIT", "pin", f"{report.pinned} memories pinned"): report.pinned,
-            ("EDIT", "unpin", f"{report.unpinned} memories unpinned"): report.unpinned,
-        }
-    )
+    changes = [
+        ("ARCHIVE", "forget", report.forgotten, report.facts_forgotten, "forgotten"),
+        ("EDIT", "restore", report.restored, report.facts_restored, "restored"),
+        ("EDIT", "pin", report.pinned, 0, "pinned"),
+        ("EDIT", "unpin", report.unpinned, 0, "unpinned"),
+    ]
     rows = [
         AuditRow(
             action,
             "table:nodes",
             actors.get(op, "user"),
-            f"{being_id}: {summary}",
+            f"{being_id}: {memories} memories" + (f" and {facts} facts" if facts else "") + f" {done}",
             # A person's decision, or an agent acting on its own (auto).
             approval="user" if actors.get(op, "user") == "user" else "auto",
             run_id=run_id,
             ts=now,
         )
-        for (action, op, summary), n in changes.items()
-        if n
+        for action, op, memories, facts, done in changes
+        if memories or facts
     ]
     commit_table_mutations(con, rows, settings, trigger="mark")
 

@@ -290,9 +290,8 @@ def confirm(
     """Apply a pending forget proposal to `refs` (all its candidates when None): one mark.
 
     Conflict when it was decided already; MindflowError for a ref that is not one of
-    its candidates. The proposal is approved before the mark is appended: a crash in
-    between leaves an approved proposal without a mark, which `confirm` cannot repeat,
-    so the mark is derived from the approved proposal by `pending_marks` too.
+    its candidates. The mark is appended under the proposal's lock before it is approved
+    (`ProposalStore.decide`), so the two never disagree for good.
     """
     store = ProposalStore(settings.proposals)
     proposal = store.get(being_id, proposal_id)
@@ -323,7 +322,6 @@ def confirm(
         "confirmed_refs": chosen,
         "confirmed_episode_ids": episodes,
     }
-    decided = store.decide(being_id, proposal_id, "approved", decided_by, payload)
     mark = new_mark(
         being_id,
         "delete" if permanent else "forget",
@@ -332,7 +330,14 @@ def confirm(
         actor=decided_by,
         proposal_id=proposal_id,
     )
-    append_marks(settings.loop, [mark])
+    decided = store.decide(
+        being_id,
+        proposal_id,
+        "approved",
+        decided_by,
+        payload,
+        apply=lambda: append_marks(settings.loop, [mark]),
+    )
     return ForgetDecision(decided, mark)
 
 
@@ -478,6 +483,8 @@ def propose_ingested(con, settings: Settings, since: datetime) -> list[Proposal]
         """,
         [since],
     ).fetchall()
+    if not rows:  # the usual ingest run: no LanceDB to open
+        return []
     table = memories_table(settings)
     out: list[Proposal] = []
     for being_id, episode_id, text, session_id, before_id, before_text in rows:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -148,8 +148,14 @@ class ProposalStore:
         status: str,
         decided_by: str,
         payload: dict[str, Any] | None = None,
+        apply: Callable[[], None] | None = None,
     ) -> Proposal:
-        """Approve, reject or defer an open proposal; Conflict if it was approved or rejected already."""
+        """Approve, reject or defer an open proposal; Conflict if it was approved or rejected already.
+
+        `apply` carries the decision out under the lock, after the check and before the new
+        status is written: two confirms cannot both apply, and a crash in between leaves the
+        proposal open, so confirming it again finishes the job (applying twice is harmless).
+        """
         if status not in STATUSES or status == "pending":
             raise MindflowError(f"a decision is one of approved, rejected, deferred; not {status!r}")
         with self._locked(being_id):
@@ -167,6 +173,8 @@ class ProposalStore:
                 decided_at=utcnow(),
                 payload=current.payload if payload is None else payload,
             )
+            if apply is not None:
+                apply()
             atomic_write(self._path(being_id, proposal_id), decided.to_json())
         return decided
 
