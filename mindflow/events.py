@@ -162,9 +162,11 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
     longer nodes of this being are folded without effect and counted as unknown.
     Other beings' events wait for their own patrol.
 
-    Reinforcement only raises reactivation_count / access_count and the last
-    activation / access times: whether a reinforced dead node comes back is left
-    to the LLM consolidation step (❹), the revival formula is unchanged.
+    Reinforcement raises reactivation_count / access_count and the last activation /
+    access times, and resets the session count ("patrol cycles since last activation"),
+    so the node's value is its importance again; ❺ then revives a dying node, or a dead one
+    reactivated since it died. A recall of a node a ❹ merge absorbed reinforces its
+    survivor, which holds its history now.
     """
     events = [e for e in read_events(events_dir) if e.being_id == being_id]
     if not events:
@@ -212,20 +214,20 @@ def _fold(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> FoldR
     con.execute(
         """
         CREATE TEMP TABLE fold_refs AS
-        SELECT t.memory_ref, sum(t.increment)::BIGINT AS increment,
+        SELECT coalesce(n.absorbed_into, t.memory_ref) AS memory_ref, sum(t.increment)::BIGINT AS increment,
                count(DISTINCT t.event_id)::BIGINT AS events, max(t.ts) AS last_ts,
                bool_or(n.node_id IS NOT NULL) AS known
         FROM (SELECT event_id, ts, unnest(memory_refs) AS memory_ref, unnest(increments) AS increment
               FROM fold_new) t
         LEFT JOIN nodes n ON n.node_id = t.memory_ref AND n.being_id = ?
-        GROUP BY t.memory_ref
+        GROUP BY 1
         """,
         [being_id],
     )
     con.execute(
         """
         UPDATE nodes SET reactivation_count = nodes.reactivation_count + r.increment,
-            last_activated = greatest(nodes.last_activated, r.last_ts), updated_at = ?
+            session_count = 0, last_activated = greatest(nodes.last_activated, r.last_ts), updated_at = ?
         FROM fold_refs r
         WHERE nodes.node_id = r.memory_ref AND nodes.being_id = ? AND r.known
         """,

@@ -368,18 +368,33 @@ def step_dying(
 def step_revive(
     con: duckdb.DuckDBPyConnection, being_id: str, params: PatrolParams, now: datetime
 ) -> StepReport:
-    """❺ Dead or dying nodes whose value rose above 0.05 are active again."""
-    revivable = f"being_id = ? AND status IN ('dead', 'dying') AND ({_value_sql(params)} > ? OR pinned)"
+    """❺ Revival, driven by recall as the seed says.
+
+    A folded recall resets a node's session count (events.fold_events), so its value
+    importance * exp(-sessions/30) is its importance again. A dying node whose value is back
+    above 0.05 is active. A dead node comes back only when it was reactivated after it died
+    (its reactivation_count grew past `died_reactivations`) and its value is then above 0.05:
+    a dead node nobody asked for stays dead, however important. A node absorbed by a ❹ merge
+    (`absorbed_into`) never revives on its own: its recalls reinforce the survivor. Pinned
+    nodes come back whatever their value (the fold of pins does the same).
+    """
+    value = f"{_value_sql(params)} > ?"
+    revivable = (
+        f"being_id = ? AND absorbed_into IS NULL AND ("
+        f"(status = 'dying' AND ({value} OR pinned)) OR (status = 'dead' AND (pinned OR ("
+        f"reactivation_count > coalesce(died_reactivations, reactivation_count) AND {value}))))"
+    )
     # Written first, while the nodes still have the status they come back from.
     con.execute(
         f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, being_id, "
         "'revived', to_json({'status': status}), to_json({'status': 'active'}), NULL, 'patrol' "
         f"FROM nodes WHERE {revivable}",
-        [now, being_id, params.dying_value],
+        [now, being_id, params.dying_value, params.dying_value],
     )
     rows = con.execute(
-        f"UPDATE nodes SET status = 'active', updated_at = ? WHERE {revivable} RETURNING node_id",
-        [now, being_id, params.dying_value],
+        f"UPDATE nodes SET status = 'active', died_reactivations = NULL, updated_at = ? "
+        f"WHERE {revivable} RETURNING node_id",
+        [now, being_id, params.dying_value, params.dying_value],
     ).fetchall()
     return StepReport("❺ revival", {"revived": len(rows)})
 
@@ -881,9 +896,17 @@ def _apply_consolidation(con, being_id, answer, chunk_ids: list[str], now: datet
                 [now, merge.survivor, merge.absorbed],
             )
             con.execute(
-                "UPDATE nodes SET status = 'dead', fresh = FALSE, updated_at = ? "
+                "UPDATE nodes SET status = 'dead', fresh = FALSE, absorbed_into = ?, "
+                "died_reactivations = reactivation_count, updated_at = ? "
                 "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
-                [now, merge.absorbed],
+                [merge.survivor, now, merge.absorbed],
+            )
+            # Nodes absorbed earlier into one absorbed now point at the new survivor, so a
+            # pointer is always one hop from a node that can be recalled.
+            con.execute(
+                "UPDATE nodes SET absorbed_into = ? WHERE being_id = ? "
+                "AND absorbed_into IN (SELECT unnest(?::VARCHAR[]))",
+                [merge.survivor, being_id, merge.absorbed],
             )
             con.execute(
                 f"INSERT INTO history {HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, "
@@ -894,8 +917,8 @@ def _apply_consolidation(con, being_id, answer, chunk_ids: list[str], now: datet
             counts["merged"] += len(merge.absorbed)
         if answer.make_dead:
             con.execute(
-                "UPDATE nodes SET status = 'dead', fresh = FALSE, updated_at = ? "
-                "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+                "UPDATE nodes SET status = 'dead', fresh = FALSE, died_reactivations = reactivation_count, "
+                "updated_at = ? WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
                 [now, answer.make_dead],
             )
             _history(con, being_id, answer.make_dead, "dead", now, before="dying")

@@ -370,6 +370,26 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        8,
+        "patrol revival by recall: absorbed_into, died_reactivations",
+        [
+            # The survivor a ❹ merge folded this node into: an absorbed node never revives on
+            # its own, and a recall of it reinforces the survivor.
+            "ALTER TABLE nodes ADD COLUMN IF NOT EXISTS absorbed_into VARCHAR",
+            # reactivation_count when the node died: ❺ revives a dead node only once recalls
+            # raised the count past it (the seed's revival is driven by recall).
+            "ALTER TABLE nodes ADD COLUMN IF NOT EXISTS died_reactivations INTEGER",
+            """
+            UPDATE nodes SET absorbed_into = h.after->>'into'
+            FROM (SELECT memory_ref, arg_max(after, ts) AS after FROM history
+                  WHERE operation = 'merged' GROUP BY memory_ref) h
+            WHERE nodes.node_id = h.memory_ref AND nodes.status = 'dead' AND nodes.absorbed_into IS NULL
+            """,
+            "UPDATE nodes SET died_reactivations = reactivation_count "
+            "WHERE status = 'dead' AND died_reactivations IS NULL",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -501,24 +501,43 @@ def test_dying_at_the_edge(con, embedder):
     assert step_dying(con, ADA, PARAMS, NOW).counts == {"dying": 0}
 
 
-def test_revive_dead_nodes_whose_value_rose(con, embedder):
-    texts = ["dead a", "dead b", "dead c", "dead d"]
+def test_revive_dead_nodes_only_when_reactivated_since_death(con, embedder):
+    texts = ["dead a", "dead b", "dead c", "dead d", "dead e", "dead f", "dying g"]
     ids = make_nodes(con, embedder, ADA, texts)
-    set_node(con, ids["dead a"], status="dead", importance=0.5, session_count=10)  # 0.358
-    set_node(con, ids["dead b"], status="dead", importance=0.5, session_count=90)  # 0.0249
-    set_node(con, ids["dead c"], status="dead", importance=0.05, session_count=0)  # exactly 0.05
+    # Reactivated since death (2 recalls after dying at 0): revives when its value is above 0.05.
+    set_node(con, ids["dead a"], status="dead", importance=0.5, session_count=10, reactivation_count=2,
+             died_reactivations=0)  # 0.358  # fmt: skip
+    set_node(con, ids["dead b"], status="dead", importance=0.5, session_count=90, reactivation_count=2,
+             died_reactivations=0)  # 0.0249  # fmt: skip
+    set_node(con, ids["dead c"], status="dead", importance=0.05, session_count=0, reactivation_count=2,
+             died_reactivations=0)  # exactly 0.05  # fmt: skip
     set_node(con, ids["dead d"], status="dead", importance=0.01, session_count=90, pinned=True)
+    # A high value alone does not bring a dead node back: nobody recalled it since it died.
+    set_node(con, ids["dead e"], status="dead", importance=0.9, session_count=0, reactivation_count=4,
+             died_reactivations=4)  # fmt: skip
+    # Absorbed by a merge: never revives on its own, recalled or not.
+    set_node(con, ids["dead f"], status="dead", importance=0.9, session_count=0, reactivation_count=6,
+             died_reactivations=0, absorbed_into=ids["dead a"])  # fmt: skip
+    set_node(con, ids["dying g"], status="dying", importance=0.5, session_count=0)
     assert 0.5 * math.exp(-10 / 30) > 0.05 and 0.5 * math.exp(-90 / 30) <= 0.05
 
     report = step_revive(con, ADA, PARAMS, NOW)
 
     status = {t: node(con, ids[t])["status"] for t in texts}
-    assert status == {"dead a": "active", "dead b": "dead", "dead c": "dead", "dead d": "active"}
-    assert report.counts == {"revived": 2}
+    assert status == {
+        "dead a": "active",
+        "dead b": "dead",
+        "dead c": "dead",
+        "dead d": "active",
+        "dead e": "dead",
+        "dead f": "dead",
+        "dying g": "active",
+    }
+    assert report.counts == {"revived": 3}
     revived = con.execute(
         "SELECT memory_ref FROM history WHERE operation = 'revived' AND after->>'status' = 'active'"
     ).fetchall()
-    assert sorted(r[0] for r in revived) == sorted([ids["dead a"], ids["dead d"]])
+    assert sorted(r[0] for r in revived) == sorted([ids["dead a"], ids["dead d"], ids["dying g"]])
 
 
 # --------------------------------------------------------------------------- ❼
