@@ -43,6 +43,12 @@ _LEAD = (
     r"(?:(?:also|and|but|so|now|oh|hey|ok|okay|just|btw|please|pls)\b,?\s*)*"
 )
 _NOT = r"(?:don['’]?t|do\s+not)"
+# A reflect phrase that is also an everyday verb ("review", "clean up", "consolidate") is
+# an instruction to the memory only when memory is its object ("review your memory",
+# "clean up my notes") or when it is the whole turn ("Consolidate.").
+_MEMORY_OBJECT = (
+    r"(?:\s+(?:your|my|our|the|all|of|what\s+you\s+know))*\s+(?:memor(?:y|ies)|notes|knowledge)\b"
+)
 _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "forget",
@@ -51,11 +57,12 @@ _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             + r"(?:forget\s+(?:that|this|about|what\s+i\s+(?:said|told|wrote|mentioned))\b"
             + rf"|{_NOT}\s+remember\b"
             # The rest of seed 001's forget phrases.
-            r"|never\s*mind\b|disregard\b|scratch\s+that\b|no\s+longer\s+relevant\b"
+            r"|never\s*mind\b|disregard\b|scratch\s+that\b"
             r"|ignore\s+what\s+i\s+(?:said|told\s+you|wrote)\b"
             r"|remove\s+(?:this\s+|that\s+|it\s+)?from\s+(?:your\s+)?memory\b"
             r"|delete\s+(?:the|this|that)\s+memory\b)"
-            r"|\bplease\s+forget\b",
+            # "That plan is no longer relevant": said of something, so anywhere in the turn.
+            r"|\bno\s+longer\s+relevant\b|\bplease\s+forget\b",
             re.IGNORECASE,
         ),
     ),
@@ -64,16 +71,23 @@ _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             # "remember that time..." asks about the past, so it is excluded.
             _LEAD + r"(?:remember\s+(?:that|this)\b(?!\s+(?:time|day|night|one)\b)"
-            rf"|remember\s*:|(?:{_NOT}|never)\s+forget\b|keep\s+in\s+mind\b)"
-            r"|\bplease\s+remember\b|\bnote\s+to\s+self\b",
+            rf"|remember\s*:|(?:{_NOT}|never)\s+forget\b|keep\s+in\s+mind\b"
+            # The rest of seed 001's remember phrases.
+            r"|note\s+that\b|important\s*:|save\s+this\b)"
+            r"|\bplease\s+remember\b|\bnote\s+to\s+self\b|\bfor\s+future\s+reference\b"
+            r"|\bfyi\s+for\s+later\b",
             re.IGNORECASE,
         ),
     ),
     (
         "reflect",
         re.compile(
-            _LEAD + r"(?:reflect\s+on\b|think\s+back\s+(?:on|to)\b)"
-            r"|\blet(?:['’]s|\s+us)\s+reflect\b",
+            _LEAD + r"(?:reflect\s+on\b|think\s+back\s+(?:on|to)\b"
+            rf"|(?:consolidate|review|clean\s+up){_MEMORY_OBJECT})"
+            r"|\A\s*(?:please\s+)?(?:consolidate|review|clean\s+up)\W*\Z"
+            r"|\blet(?:['’]s|\s+us)\s+reflect\b"
+            # The seed's search form of reflection: the subject follows "about".
+            r"|\bwhat\s+do\s+you\s+remember\s+about\b",
             re.IGNORECASE,
         ),
     ),
@@ -122,13 +136,19 @@ def is_heartbeat(text: str) -> bool:
 # Every trigger pattern needs one of these words (none has an "i" or "s", whose case
 # variants str.lower() and re.IGNORECASE fold differently); most texts have none.
 _TRIGGER_WORDS = (
-    "forget", "remember", "keep", "note", "reflect", "back",
-    "never", "regard", "cratch", "relevant", "gnore", "memory",
+    "forget", "remember", "keep", "note", "reflect", "back", "never", "regard", "cratch",
+    "relevant", "gnore", "memory", "mportant", "reference", "ave th", "fy", "con", "rev", "clean",
 )  # fmt: skip
 
 
-def detect_trigger(text: str) -> str | None:
-    """The explicit memory instruction in a text: "remember", "forget", "reflect" or None."""
+def detect_trigger(text: str, role: str | None = "user") -> str | None:
+    """The explicit memory instruction in a user's turn: "remember", "forget", "reflect" or None.
+
+    Only the user instructs the memory: an assistant (or the being's own daily notes) saying
+    "please remember" is part of the conversation, not an instruction.
+    """
+    if role != "user":
+        return None
     lowered = text.lower()
     if not any(word in lowered for word in _TRIGGER_WORDS):
         return None
@@ -400,7 +420,7 @@ def _jsonl_record(
         source=_opt_str(rec.get("source")),
         source_ref=f"{file_name}:{line_no}",
         format="jsonl",
-        trigger=detect_trigger(text),
+        trigger=detect_trigger(text, given_role or "user"),
     )
 
 
@@ -489,7 +509,7 @@ def _openclaw_record(
         session_id=session_id,
         source_ref=f"{file_name}:{line_no}",
         format="openclaw",
-        trigger=detect_trigger(text),
+        trigger=detect_trigger(text, role),
     )
 
 
@@ -564,7 +584,8 @@ def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseRes
                 importance=fields["importance"],
                 source_ref=f"{file_name}:{line_no}",
                 format="daily-md",
-                trigger=detect_trigger(text),
+                # The being's own notes: triggers come only from the user's turns.
+                trigger=detect_trigger(text, "assistant"),
             )
         )
 

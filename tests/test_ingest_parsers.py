@@ -399,7 +399,8 @@ def test_daily_md_bullets_and_headed_entries(tmp_path):
     assert run.ts == datetime(2026, 1, 5, 9, 15)
 
     gym = eps["2026-01-05.md:16"]
-    assert (gym.kind, gym.text, gym.trigger) == ("message", "Remember that the gym closes at 9.", "remember")
+    # The being's own notes: triggers come only from the user's turns.
+    assert (gym.kind, gym.text, gym.trigger) == ("message", "Remember that the gym closes at 9.", None)
     assert eps["2026-01-05.md:18"].kind == "task"
 
 
