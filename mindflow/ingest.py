@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,15 @@ _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
+
+# Daily-log tag words of the Gandalf design that are not memory types themselves, and the
+# type each becomes (the word stays a tag). Any other word becomes a tag on a `message`.
+SEED_KINDS = {
+    "lesson": "fact", "learning": "fact", "insight": "fact", "context": "event", "note": "message",
+    "todo": "task", "goal": "task", "plan": "task", "idea": "message", "mood": "emotion",
+    "feeling": "emotion", "fix": "correction", "mistake": "correction", "meeting": "event",
+    "milestone": "event", "person": "fact", "project": "fact",
+}  # fmt: skip
 
 _CONFIDENCE_WORDS = {"high": 0.9, "medium": 0.6, "med": 0.6, "low": 0.3}
 
@@ -551,28 +561,42 @@ def _entry_fields(parts: list[str]) -> dict:
                     raise _Reject(f"confidence out of range: {value}") from None
                 fields["confidence"] = _unit_float(number, "confidence")
         elif key == "tags":
-            fields["tags"] = tuple(t.strip() for t in value.strip("[]").split(",") if t.strip())
+            listed = (t.strip() for t in value.strip("[]").split(","))
+            fields["tags"] = (*fields["tags"], *(t for t in listed if t))
         else:
-            kind = (value if key == "kind" else part).lower()
-            if kind not in EPISODE_KINDS:
-                raise _Reject(f"unknown kind: {kind}")
-            if fields["kind"] not in (None, kind):
-                raise _Reject(f"more than one kind: {fields['kind']}, {kind}")
-            fields["kind"] = kind
-    fields["kind"] = fields["kind"] or "message"
+            word = " ".join((value if key == "kind" else part).lower().split())
+            if word in EPISODE_KINDS:
+                if fields["kind"] not in (None, word):
+                    raise _Reject(f"more than one kind: {fields['kind']}, {word}")
+                fields["kind"] = word
+            else:
+                # Any other tag word is kept as a tag; the seed's own kinds also choose the type.
+                fields["tags"] = (*fields["tags"], word)
+    seed_kinds = [SEED_KINDS[t] for t in fields["tags"] if t in SEED_KINDS]
+    fields["kind"] = fields["kind"] or (seed_kinds[0] if seed_kinds else "message")
     return fields
 
 
 def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseResult, max_chars: int) -> None:
     midnight = datetime.combine(_daily_date(file_name), datetime.min.time())
 
-    def emit(line_no: int, ts: datetime, text: str, fields: dict) -> None:
+    # A bullet's id comes from its day and text (and which repeat of that text on the day it
+    # is), never its line number: a line written above it later must not make it a new
+    # episode when the edited file lands again. Its time still keeps the file's order.
+    repeats: Counter[str] = Counter()
+
+    def bullet_id(text: str) -> str:
+        repeat = repeats[text]
+        repeats[text] += 1
+        return episode_hash_id(being_id, midnight, being_id, text if not repeat else f"{text}\x1f{repeat}")
+
+    def emit(line_no: int, ts: datetime, text: str, fields: dict, episode_id: str | None = None) -> None:
         if is_heartbeat(text):
             result.heartbeats += 1
             return
         result.episodes.append(
             Episode(
-                episode_id=episode_hash_id(being_id, ts, being_id, text),
+                episode_id=episode_id or episode_hash_id(being_id, ts, being_id, text),
                 being_id=being_id,
                 ts=ts,
                 speaker=being_id,
@@ -620,8 +644,8 @@ def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseRes
             except _Reject as reject:
                 result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), line))
                 continue
-            # One second per line keeps bullets ordered and their ids distinct.
-            emit(line_no, midnight + timedelta(seconds=line_no), text, fields)
+            # One second per line keeps bullets ordered.
+            emit(line_no, midnight + timedelta(seconds=line_no), text, fields, bullet_id(text))
             continue
         heading = _HEADING2.match(line)
         if heading:

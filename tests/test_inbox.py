@@ -180,7 +180,7 @@ def test_each_format_lands_as_episodes_with_their_fields(settings, con):
     deploy = rows["log.jsonl:2"]
     assert (deploy["ts"], deploy["day"]) == (datetime(2026, 10, 12, 23, 30), OCT(12))
     assert (deploy["speaker"], deploy["kind"], deploy["importance"]) == ("ada", "message", None)
-    assert deploy["trigger"] == "remember"
+    assert deploy["trigger"] is None  # the assistant's turn: only the user instructs the memory
     assert deploy["episode_id"].startswith("h-")  # no client id: a content hash
 
     asked, answered = rows["transcript.jsonl:2"], rows["transcript.jsonl:3"]

@@ -380,7 +380,8 @@ def test_daily_md_bullets_and_headed_entries(tmp_path):
     )
     assert decision.ts == datetime(2026, 1, 5, 0, 0, 4)
     assert (decision.speaker, decision.role, decision.format) == (BEING, "assistant", "daily-md")
-    assert decision.episode_id == episode_hash_id(BEING, decision.ts, BEING, decision.text)
+    # A bullet's id follows its day and text, not its line (the time keeps the order).
+    assert decision.episode_id == episode_hash_id(BEING, datetime(2026, 1, 5), BEING, decision.text)
 
     fact = eps["2026-01-05.md:5"]
     assert (fact.kind, fact.importance, fact.ts) == ("fact", None, datetime(2026, 1, 5, 0, 0, 5))
@@ -433,20 +434,21 @@ def test_daily_md_quarantine_reasons_keep_good_lines():
     )
     result = parse_bytes(text.encode(), "2026-01-05.md", BEING, "daily-md")
     assert reasons(result) == [
-        (2, "unknown kind: gossip"),
         (3, "importance out of range: 1.7"),
         (5, "invalid time: 25:99"),
         (7, "empty body"),
         (9, "confidence out of range: sure"),
-        (11, "unknown kind: mood:happy"),
         (13, "more than one kind: fact, decision"),
         (14, "missing text"),
     ]
-    assert [(e.source_ref, e.text) for e in result.episodes] == [
-        ("2026-01-05.md:4", "Good bullet."),
-        ("2026-01-05.md:15", "Good headed entry."),
+    # Tag words that are not memory types are tags on a message, never a lost line.
+    assert [(e.source_ref, e.kind, e.tags, e.text) for e in result.episodes] == [
+        ("2026-01-05.md:2", "message", ("gossip",), "Heard a rumour."),
+        ("2026-01-05.md:4", "fact", (), "Good bullet."),
+        ("2026-01-05.md:11", "message", ("mood:happy",), "Body."),
+        ("2026-01-05.md:15", "event", (), "Good headed entry."),
     ]
-    assert result.quarantined[2].raw == "## 25:99 | decision"
+    assert result.quarantined[1].raw == "## 25:99 | decision"
 
 
 def test_daily_md_invalid_utf8_and_heartbeats(tmp_path):

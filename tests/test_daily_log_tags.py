@@ -1,0 +1,70 @@
+"""Gandalf's importance-tagged daily logs: any tag word is kept, and line ids follow content.
+
+Real parsing and ingestion into DuckDB from files dropped in the inbox.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from mindflow import store
+from mindflow.inbox import ingest
+from mindflow.ingest import parse_bytes
+
+DAY = "2026-03-02.md"
+LOG = """# 2026-03-02
+- [lesson|i=0.7] Small commits make reviews fast.
+- [context|i=0.3] The team moved to the new office this week.
+## 14:02 | insight | i=0.8
+Latency came from the cold index, not the network.
+- [rumour] Heard the cafeteria closes in May.
+- [todo|tags=office] Order a second monitor.
+"""
+# Only the kinds every version knew, so the test is about ids alone.
+PLAIN = """# 2026-03-02
+- [fact|i=0.7] Small commits make reviews fast.
+- [event|i=0.3] The team moved to the new office this week.
+## 14:02 | fact | i=0.8
+Latency came from the cold index, not the network.
+- [message] Heard the cafeteria closes in May.
+- [task] Order a second monitor.
+"""
+
+
+def test_the_seeds_tag_words_are_accepted_with_their_importance():
+    result = parse_bytes(LOG.encode(), DAY, "gandalf", "daily-md")
+    assert result.quarantined == []
+    got = [(e.kind, e.importance, e.tags, e.text) for e in result.episodes]
+    assert got == [
+        ("fact", 0.7, ("lesson",), "Small commits make reviews fast."),
+        ("event", 0.3, ("context",), "The team moved to the new office this week."),
+        ("fact", 0.8, ("insight",), "Latency came from the cold index, not the network."),
+        ("message", None, ("rumour",), "Heard the cafeteria closes in May."),  # unknown: a tag
+        ("task", None, ("todo", "office"), "Order a second monitor."),
+    ]
+
+
+def test_a_line_written_above_others_adds_one_episode_and_renames_none(settings):
+    inbox = settings.inbox / "gandalf"
+    inbox.mkdir(parents=True)
+    (inbox / DAY).write_text(PLAIN)
+    with store.connect(settings.duckdb_path) as con:
+        ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 31))
+        before = dict(con.execute("SELECT text, episode_id FROM episodes").fetchall())
+        assert len(before) == 5
+
+        # The same day's log, edited: a new first bullet, and a repeat of an existing line.
+        edited = PLAIN.replace(
+            "# 2026-03-02\n", "# 2026-03-02\n- [decision|i=0.9] Ship on Thursdays from now on.\n"
+        ) + "- [fact|i=0.7] Small commits make reviews fast.\n"
+        (inbox / DAY).write_text(edited)
+        ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 31))
+        after = con.execute("SELECT text, episode_id FROM episodes ORDER BY ts").fetchall()
+
+    assert len(after) == 7
+    for text, episode_id in after:
+        if text in before:
+            assert before[text] == episode_id or text == "Small commits make reviews fast."
+    assert [t for t, _ in after].count("Small commits make reviews fast.") == 2
+    ids = {i for _, i in after}
+    assert set(before.values()) <= ids
