@@ -100,6 +100,9 @@ def status_sql(params: DecayParams, score: str) -> str:
         WHEN {score} >= {params.active!r} THEN 'active'
         WHEN {score} >= {params.fading!r} THEN 'fading'
         WHEN {score} >= {params.dormant!r} THEN 'dormant'
+        -- i >= 0.8 is permanent (and "remember" sets the base to 1.0): such a memory fades
+        -- to dormant, where search still finds it, and is never archived by its score.
+        WHEN base_relevance >= {params.keep_importance!r} THEN 'dormant'
         ELSE 'archived' END"""
 
 

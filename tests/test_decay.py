@@ -537,8 +537,11 @@ def test_twenty_thousand_rows_match_numpy(con):
     days = (as_of - last).astype(np.int64) / 86_400e6
     score = np.minimum(1.5 * weight, base * np.exp(-0.03 * days) * np.log2(access + 1) * weight)
     score = np.where(pinned, base * weight, score)
+    # i >= 0.8 is permanent: dormant at worst.
     status = np.select(
-        [score >= 0.5, score >= 0.2, score >= 0.05], ["active", "fading", "dormant"], "archived"
+        [score >= 0.5, score >= 0.2, score >= 0.05, base >= 0.8],
+        ["active", "fading", "dormant", "dormant"],
+        "archived",
     )
     expired = has_window & (retention_from + retention_days.astype("timedelta64[D]") < as_of)
     status = np.where(expired, "archived", status)
