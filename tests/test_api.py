@@ -324,25 +324,34 @@ def _at(day: date, hour: int, minute: int = 0) -> datetime:
 
 
 D0 = ORCHIDS_AT.date()
-BOUNDARIES = [
-    (ORCHIDS_AT + timedelta(minutes=59), "just now", "Jan 9"),
-    (ORCHIDS_AT + timedelta(hours=1), "earlier today", "Jan 9"),
-    (_at(D0, 23, 59), "earlier today", "Jan 9"),
-    (_at(D0 + timedelta(days=1), 0), "yesterday", "Jan 9"),
-    (_at(D0 + timedelta(days=1), 23, 59), "yesterday", "Jan 9"),
-    (_at(D0 + timedelta(days=2), 0), "a few days ago", "Jan 9"),
-    (_at(D0 + timedelta(days=6), 23), "a few days ago", "Jan 9"),
-    (_at(D0 + timedelta(days=7), 0), "last week", "Jan 9"),
-    (_at(D0 + timedelta(days=13), 23), "last week", "Jan 9"),
-    (_at(D0 + timedelta(days=14), 0), "a few weeks ago", "Jan 9"),
-    (_at(D0 + timedelta(days=29), 23), "a few weeks ago", "Jan 9"),
-    (_at(D0 + timedelta(days=30), 0), "last month", "Jan 9"),
-    (_at(D0 + timedelta(days=59), 23), "last month", "Jan 9"),
-    (_at(D0 + timedelta(days=60), 0), "a few months ago", "Jan 9"),
-    (_at(D0 + timedelta(days=364), 23), "a few months ago", "Jan 9, 2026"),
-    (_at(D0 + timedelta(days=365), 0), "last year", "Jan 9, 2026"),
-    (_at(D0 + timedelta(days=729), 23), "last year", "Jan 9, 2026"),
-    (_at(D0 + timedelta(days=730), 0), "years ago", "Jan 9, 2026"),
+_M, _H, _D = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
+_S = timedelta(seconds=1)
+# The seed's table by elapsed time, each edge from just below and at it.
+EDGES = [
+    (30 * _M, "a moment ago", "a while ago"),
+    (2 * _H, "a while ago", "a few hours ago"),
+    (6 * _H, "a few hours ago", "earlier today"),
+    (18 * _H, "earlier today", "yesterday"),
+    (30 * _H, "yesterday", "a few days ago"),
+    (4 * _D, "a few days ago", "last week"),
+    (10 * _D, "last week", "a few weeks ago"),
+    (20 * _D, "a few weeks ago", "a month ago"),
+    (45 * _D, "a month ago", "a couple of months ago"),
+    (90 * _D, "a couple of months ago", "several months ago"),
+    (180 * _D, "several months ago", "almost a year ago"),
+    (335 * _D, "almost a year ago", "a year ago"),
+    (395 * _D, "a year ago", "a year and something ago"),
+    (640 * _D, "a year and something ago", "almost 2 years ago"),
+    (700 * _D, "almost 2 years ago", "2 years ago"),
+    (760 * _D, "2 years ago", "2 years and something ago"),
+    (1005 * _D, "2 years and something ago", "almost 3 years ago"),
+    (1065 * _D, "almost 3 years ago", "3 years ago"),
+    (3925 * _D, "10 years and something ago", "almost 11 years ago"),
+]
+BOUNDARIES = [(ORCHIDS_AT, "a moment ago", "Jan 9")] + [
+    (ORCHIDS_AT + edge - delta, label, "Jan 9" if (ORCHIDS_AT + edge - delta).year == 2026 else "Jan 9, 2026")
+    for edge, below, above in EDGES
+    for delta, label in ((_S, below), (timedelta(0), above))
 ]
 
 
@@ -354,19 +363,42 @@ def test_resonance_labels_each_boundary(http, world, now, relative, day):
     assert response.status_code == 200, response.text
     item = next(i for i in response.json()["items"] if i["memory"]["memory_ref"] == world.refs["c01"])
     assert (item["relative"], item["date"], item["label"]) == (relative, day, f"{relative} — {day}")
-    assert f"- {relative} — {day}: Watered the orchids on the balcony." in response.json()["text"]
+    line = f"- {relative[:1].upper()}{relative[1:]} — {day}, Watered the orchids on the balcony."
+    assert line in response.json()["text"].splitlines()
 
 
-def test_resonance_just_now_crosses_midnight_and_hides_the_future(http, world):
+def test_resonance_counts_elapsed_time_across_midnight_and_hides_the_future(http, world):
     def labels(now: datetime) -> dict[str, str]:
         body = {"query": "orchids", "now": now.isoformat() + "Z"}
         items = http.post("/v1/beings/cleo/resonance", json=body).json()["items"]
         return {i["memory"]["memory_ref"]: i["relative"] for i in items}
 
     repotted = world.refs["c02"]
-    assert labels(REPOTTED_AT + timedelta(minutes=50)) == {repotted: "just now"}
-    assert labels(REPOTTED_AT + timedelta(minutes=70)) == {repotted: "yesterday"}
+    # Elapsed time, not calendar days: 50 minutes across midnight is a while, not yesterday.
+    assert labels(REPOTTED_AT + timedelta(minutes=50)) == {repotted: "a while ago"}
+    assert labels(REPOTTED_AT + timedelta(hours=19)) == {repotted: "yesterday"}
     assert labels(REPOTTED_AT - timedelta(minutes=1)) == {}
+
+
+@pytest.mark.parametrize("query", ["HEARTBEAT_OK", "NO_REPLY", "ping", "[probe] orchids"])
+def test_heartbeat_and_probe_turns_get_no_resonance_and_reinforce_nothing(http, world, query):
+    before = {e.event_id for e in read_events(world.settings.events)}
+    body = {"query": query, "now": "2026-01-10T12:00:00Z"}
+    response = http.post("/v1/beings/cleo/resonance", json=body)
+    assert response.status_code == 200, response.text
+    assert (response.json()["text"], response.json()["items"]) == ("", [])
+    # The same request with a real turn resonates (the memory is there to be found).
+    assert http.post("/v1/beings/cleo/resonance", json={**body, "query": "orchids"}).json()["items"]
+    # Events are written right after each response is sent.
+    deadline = clock.monotonic() + 10
+    while True:
+        events = [e for e in read_events(world.settings.events) if e.event_id not in before]
+        if events or clock.monotonic() > deadline:
+            break
+        clock.sleep(0.05)
+    clock.sleep(0.3)  # time for a late event of the heartbeat turn to show, were there one
+    events = [e for e in read_events(world.settings.events) if e.event_id not in before]
+    assert [e.tool for e in events] == ["resonance"]  # only the real turn reinforced anything
 
 
 def test_resonance_block_orders_boosted_then_facts_then_time(http, world):
@@ -387,8 +419,10 @@ def test_resonance_block_orders_boosted_then_facts_then_time(http, world):
     rest = [i["memory"]["ts"] for i, g in zip(items, groups, strict=True) if g == 2]
     assert rest == sorted(rest, reverse=True)
     lines = result["text"].splitlines()
-    assert lines[0] == HEADER and len(lines) == len(items) + 1
-    assert lines[1].startswith(f"- {items[0]['label']}: Remember that the staging database password")
+    # The seed's block: ---, the header, one line per item, ---.
+    assert lines[:2] == ["---", HEADER] and lines[-1] == "---" and len(lines) == len(items) + 3
+    label = items[0]["label"]
+    assert lines[2].startswith(f"- {label[:1].upper()}{label[1:]}, Remember that the staging database password")
     assert http.post("/v1/beings/ada/resonance", json={**body, "k": 6}).status_code == 422
 
 

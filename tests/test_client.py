@@ -69,7 +69,7 @@ def test_typed_results_for_every_call(server, settings):
         fragments = memory.recall("ada", "reports", k=2, mode="fragments", session="s", exclude_refs=["nope"])
         assert fragments.fragments and top.text in fragments.fragments.split(" / ")
         block = memory.resonance("ada", "Lena's family", now=datetime(2026, 3, 12, 12, 0))
-        assert block.text.startswith("[SUBCONSCIOUS RESONANCE]")
+        assert block.text.startswith("---\n[SUBCONSCIOUS RESONANCE]\n") and block.text.endswith("\n---")
         assert any(i.label == "a few days ago — Mar 9" for i in block.items)
         assert [
             m.source_episode_ids for m in memory.search_memory("ada", "IBAN CSV", mode="and").memories

@@ -2,40 +2,53 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from mindflow.recall import Memory
 
 HEADER = "[SUBCONSCIOUS RESONANCE]"
+FENCE = "---"
 FACT_KINDS = ("fact", "preference")
 
-# The seed's relative-time table. Days count calendar days between the memory and
-# `now` (both UTC); "just now" wins whenever less than an hour has passed, even
-# across midnight. (label, first day, last day); None: open-ended.
-JUST_NOW = "just now"
-JUST_NOW_WITHIN = timedelta(hours=1)
-RELATIVE_TIME: tuple[tuple[str, int, int | None], ...] = (
-    ("earlier today", 0, 0),
-    ("yesterday", 1, 1),
-    ("a few days ago", 2, 6),
-    ("last week", 7, 13),
-    ("a few weeks ago", 14, 29),
-    ("last month", 30, 59),
-    ("a few months ago", 60, 364),
-    ("last year", 365, 729),
-    ("years ago", 730, None),
+# The seed's relative-time table (MindBot, phase 4): elapsed time since the memory, not
+# calendar days. (label, below this many minutes); a month is 30 days, a year 365.
+_HOUR, _DAY = 60, 24 * 60
+RELATIVE_TIME: tuple[tuple[str, float], ...] = (
+    ("a moment ago", 30),
+    ("a while ago", 2 * _HOUR),
+    ("a few hours ago", 6 * _HOUR),
+    ("earlier today", 18 * _HOUR),
+    ("yesterday", 30 * _HOUR),
+    ("a few days ago", 4 * _DAY),
+    ("last week", 10 * _DAY),
+    ("a few weeks ago", 20 * _DAY),
+    ("a month ago", 45 * _DAY),
+    ("a couple of months ago", 90 * _DAY),
+    ("several months ago", 180 * _DAY),
+    ("almost a year ago", 335 * _DAY),
+    ("a year ago", 395 * _DAY),
+    ("a year and something ago", 640 * _DAY),
 )
+# Past that, by whole years N: N years ago within 30 days of the N-th anniversary, then N
+# years and something, and almost N+1 years ago in the last 60 days before the next one
+# less 30 (the same bands as one year: 335-395, 395-640, 640-700 days).
+YEAR_DAYS, NEAR_DAYS, ALMOST_DAYS = 365, 30, 60
 
 
 def relative_time(ts: datetime, now: datetime) -> str:
     """The table's label for a memory formed at `ts`, seen from `now`."""
-    if now - ts < JUST_NOW_WITHIN:
-        return JUST_NOW  # also a memory stamped slightly ahead of `now` (clock skew)
-    days = (now.date() - ts.date()).days
-    for label, first, last in RELATIVE_TIME:
-        if first <= days and (last is None or days <= last):
+    minutes = (now - ts).total_seconds() / 60
+    for label, below in RELATIVE_TIME:
+        if minutes < below:  # a memory stamped slightly ahead of `now` (clock skew) too
             return label
-    return JUST_NOW
+    days = minutes / _DAY
+    years = int((days + NEAR_DAYS) // YEAR_DAYS)
+    past = days - years * YEAR_DAYS
+    if past < NEAR_DAYS:
+        return f"{years} years ago"
+    if past < YEAR_DAYS - NEAR_DAYS - ALMOST_DAYS:
+        return f"{years} years and something ago"
+    return f"almost {years + 1} years ago"
 
 
 def exact_date(ts: datetime, now: datetime) -> str:
@@ -90,11 +103,13 @@ def arrange(candidates: list[Memory], k: int) -> list[Memory]:
 
 
 def render(lines: list[tuple[str, Memory]]) -> str:
-    """The block an agent puts in its prompt; empty when nothing resonates."""
+    """The seed's block an agent puts in its prompt (`---`, the header, `- ...` lines, `---`);
+    empty when nothing resonates."""
     if not lines:
         return ""
-    out = [HEADER]
+    out = [FENCE, HEADER]
     for full_label, memory in lines:
         feeling = f" (felt: {memory.feeling})" if memory.feeling else ""
-        out.append(f"- {full_label}: {memory.text}{feeling}")
+        out.append(f"- {full_label[:1].upper()}{full_label[1:]}, {memory.text}{feeling}")
+    out.append(FENCE)
     return "\n".join(out)

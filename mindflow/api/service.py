@@ -20,6 +20,7 @@ from mindflow.config import Settings
 from mindflow.embeddings import Embedder
 from mindflow.errors import MindflowError
 from mindflow.inbox import validate_being_id
+from mindflow.ingest import is_heartbeat
 from mindflow.loop import tail as fresh_tail
 from mindflow.loop.marks import MarkCache, visible, with_pins
 from mindflow.memories import TABLE
@@ -286,6 +287,9 @@ class RecallService:
         self, being_id: str, request: models.ResonanceRequest, defer: Defer | None = None
     ) -> models.ResonanceResponse:
         now = request.now or utcnow()
+        # A heartbeat or probe turn is no conversation: nothing resonates, nothing is reinforced.
+        if is_heartbeat(request.query):
+            return models.ResonanceResponse(being_id=being_id, now=now, text="", items=[])
         # Seen from `now`, later memories have not happened yet.
         until = now if request.until is None else min(now, request.until)
         scoped = request.model_copy(update={"until": until})
