@@ -305,14 +305,23 @@ def test_echo_filter_skips_what_a_session_was_shown(http, world):
     assert {m["memory_ref"] for m in recall(http, "ada", query, k=3, session="echo-1")["memories"]} == first
 
 
-def test_fragments_mode(http):
+def test_fragments_mode_is_the_blur_alone(http, world):
+    listed = recall(http, "ada", "Lena's family and free time", k=4)["memories"]
+    before = {e.event_id for e in read_events(world.settings.events)}
     found = recall(http, "ada", "Lena's family and free time", k=4, mode="fragments")
-    assert found["mode"] == "fragments" and found["memories"]
-    pieces = found["fragments"].split(" / ")
-    expected = [m["text"] for m in found["memories"]] + [
-        m["feeling"] for m in found["memories"] if m["feeling"]
-    ]
+    assert found["mode"] == "fragments" and found["memories"] == []
+    text = found["fragments"]
+    assert text.startswith("<fragments>") and text.endswith("</fragments>")
+    pieces = text.removeprefix("<fragments>").removesuffix("</fragments>").split(" / ")
+    expected = [m["text"] for m in listed] + [m["feeling"] for m in listed if m["feeling"]]
     assert sorted(pieces) == sorted(expected)
+    # The memories behind the blur are reinforced as in a listed recall.
+    deadline = clock.monotonic() + 10
+    while not [e for e in read_events(world.settings.events) if e.event_id not in before]:
+        assert clock.monotonic() < deadline
+        clock.sleep(0.05)
+    nothing = recall(http, "ada", "quantum chromodynamics of neutron stars", mode="fragments")
+    assert (nothing["fragments"], nothing["memories"]) == ("", [])
     assert recall(http, "ada", "Lena", k=2)["fragments"] is None
 
 

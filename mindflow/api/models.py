@@ -150,15 +150,17 @@ class RecallRequest(_Horizon):
         description="Echo filter: memories shown to this session in its last 25 recalls are left out.",
     )
     mode: Literal["list", "fragments"] = Field(
-        default="list", description="`fragments`: also the actions and feelings, shuffled, joined by ' / '."
+        default="list",
+        description="`fragments`: only the actions and feelings, shuffled, joined by ' / ' inside "
+        "`<fragments>...</fragments>`, and an empty `memories` list; nothing found: `fragments` is ''.",
     )
 
 
 class RecallResponse(BaseModel):
     being_id: str
     mode: Literal["list", "fragments"]
-    memories: list[MemoryOut]
-    fragments: str | None = None
+    memories: list[MemoryOut] = Field(description="Empty in `fragments` mode.")
+    fragments: str | None = Field(default=None, description="Only in `fragments` mode.")
 
 
 class ResonanceRequest(_Horizon):

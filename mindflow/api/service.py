@@ -36,6 +36,7 @@ from mindflow.recall import (
 
 log = logging.getLogger(__name__)
 FRAGMENT_SEPARATOR = " / "
+FRAGMENTS_OPEN, FRAGMENTS_CLOSE = "<fragments>", "</fragments>"
 # Schedules `write_event(event)`; the server passes BackgroundTasks.add_task, so the fsync of
 # the event file happens after the response is sent instead of inside every recall's latency.
 Defer = Callable[..., None]
@@ -271,16 +272,16 @@ class RecallService:
         memories = self._recall(being_id, request, request.k, utcnow())
         self.echo.record(being_id, request.session, [m.memory_ref for m in memories])
         self._reinforce(being_id, "recall", memories, defer)
-        fragments = None
         if request.mode == "fragments":
+            # The blur is the point (seed 002): the pieces alone, shuffled, in one tag, and no
+            # structured list beside them to read the whole memories from. Nothing found:
+            # an empty result, no tag.
             pieces = [m.text for m in memories if m.text] + [m.feeling for m in memories if m.feeling]
             random.shuffle(pieces)
-            fragments = FRAGMENT_SEPARATOR.join(pieces)
+            blur = f"{FRAGMENTS_OPEN}{FRAGMENT_SEPARATOR.join(pieces)}{FRAGMENTS_CLOSE}" if pieces else ""
+            return models.RecallResponse(being_id=being_id, mode="fragments", memories=[], fragments=blur)
         return models.RecallResponse(
-            being_id=being_id,
-            mode=request.mode,
-            memories=[memory_out(m) for m in memories],
-            fragments=fragments,
+            being_id=being_id, mode=request.mode, memories=[memory_out(m) for m in memories]
         )
 
     def resonance(
