@@ -594,7 +594,17 @@ def memories_history(
 
 
 def main() -> None:
-    app()
+    from pydantic import ValidationError
+
+    try:
+        app()
+    except ValidationError as exc:
+        # A bad MINDFLOW_* setting: one line per problem, naming the setting, no traceback.
+        for error in exc.errors():
+            where = "_".join(str(p) for p in error["loc"]).upper()
+            name = f"MINDFLOW_{where}" if where else "settings"
+            typer.echo(f"error: {name}: {error['msg']}", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

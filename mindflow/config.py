@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -72,6 +72,40 @@ class Settings(BaseSettings):
         default=10_000, description="Sessions the echo filter remembers (least recently used dropped)."
     )
     api_query_cache: int = Field(default=2_048, description="Query vectors kept in memory (LRU).")
+    # Recall's hybrid weights and recency floor; unset = the values measured on LoCoMo in
+    # mindflow/recall/config.py (0.5 / 0.5, floor 0.9, half-life 30 days). The seed's
+    # vectorWeight 0.7 / textWeight 0.3 is one alternative.
+    recall_vector_weight: float | None = Field(
+        default=None, ge=0, description="Weight of the vector side in hybrid recall (default 0.5)."
+    )
+    recall_text_weight: float | None = Field(
+        default=None, ge=0, description="Weight of the full-text side in hybrid recall (default 0.5)."
+    )
+    recall_recency_floor: float | None = Field(
+        default=None, ge=0, le=1, description="Least recency factor an old memory keeps, 0..1 (default 0.9)."
+    )
+    recall_half_life_days: float | None = Field(
+        default=None, gt=0, description="Days after which the recency boost halves (default 30)."
+    )
+
+    @model_validator(mode="after")
+    def _some_recall_weight(self) -> Settings:
+        if self.recall_vector_weight == 0 and self.recall_text_weight == 0:
+            raise ValueError(
+                "MINDFLOW_RECALL_VECTOR_WEIGHT and MINDFLOW_RECALL_TEXT_WEIGHT are both 0: recall would "
+                "query nothing; give one of them a positive weight"
+            )
+        return self
+
+    def recall_overrides(self) -> dict[str, float]:
+        """The RecallConfig fields these settings set."""
+        values = {
+            "vector_weight": self.recall_vector_weight,
+            "text_weight": self.recall_text_weight,
+            "recency_floor": self.recall_recency_floor,
+            "half_life_days": self.recall_half_life_days,
+        }
+        return {k: v for k, v in values.items() if v is not None}
     models_dir: Path | None = Field(
         default=None,
         description="MINDFLOW_MODELS_DIR: derived model files such as the server's ONNX query encoder "

@@ -133,7 +133,8 @@ class RecallService:
 
     def __init__(self, settings: Settings, config: RecallConfig | None = None):
         self.settings = settings
-        self.config = config or RecallConfig.for_model(settings.embedding_model)
+        overrides = settings.recall_overrides()
+        self.config = config or RecallConfig.for_model(settings.embedding_model, **overrides)
         self.embedder = Embedder(
             model=settings.embedding_model,
             batch_size=settings.embedding_batch_size,
