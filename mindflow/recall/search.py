@@ -244,6 +244,15 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
 
+SEARCHED_COLUMNS = (
+    "text",
+    "feeling",
+    "array_to_string(themes, ' ')",
+    "array_to_string(when_dates, ' ')",
+    "array_to_string(when_actions, ' ')",
+)
+
+
 def search_memory(
     table, being_id: str, query: str, *, mode: str = "or", k: int = 10, fresh: Iterable[Memory] = ()
 ) -> list[Memory]:
@@ -260,18 +269,18 @@ def search_memory(
         return []
     if table is None:
         return _keyword_ranked({}, fresh, words, mode, k)
-    # Full-text over the action, plus substring matches over feeling, themes and when.
+    # Full-text over the action (tokens), plus substring matches over the action, feeling,
+    # themes and the whole `when` history: its dates, and the actions of the memories a
+    # merge absorbed into this one ("Hashi" finds the survivor of "met Hashi at the station").
     matches = [
         "("
-        + " OR ".join(
-            f"lower({column}) LIKE {lance.literal('%' + w + '%')}"
-            for column in ("feeling", "array_to_string(themes, ' ')", "array_to_string(when_dates, ' ')")
-        )
+        + " OR ".join(f"lower({column}) LIKE {lance.literal('%' + w + '%')}" for column in SEARCHED_COLUMNS)
         + ")"
         for w in words
     ]
-    side = primitives.filtered_rows(table, lance.all_of(where, " OR ".join(matches)), 10 * k)
-    by_text = primitives.text_candidates(table, query, where, 10 * k)
+    columns = [*primitives.ALL_COLUMNS, "when_actions"]
+    side = primitives.filtered_rows(table, lance.all_of(where, " OR ".join(matches)), 10 * k, columns)
+    by_text = primitives.text_candidates(table, query, where, 10 * k, columns)
     rows = {r["memory_ref"]: r for r in _rows(side) + _rows(by_text)}
     return _keyword_ranked(rows, fresh, words, mode, k)
 
@@ -283,7 +292,13 @@ def _keyword_ranked(rows: dict[str, dict], fresh: list[Memory], words: list[str]
     scored = []
     for row in rows.values():
         haystack = " ".join(
-            [row["text"] or "", row["feeling"] or "", *(row["themes"] or []), *(row["when_dates"] or [])]
+            [
+                row["text"] or "",
+                row["feeling"] or "",
+                *(row["themes"] or []),
+                *(row["when_dates"] or []),
+                *(a for a in row.get("when_actions") or [] if a),
+            ]
         ).lower()
         hits = sum(1 for w in words if w in haystack)
         if hits == 0 or (mode == "and" and hits < len(words)):
