@@ -176,7 +176,8 @@ def test_decay_transitions_become_audit_rows(settings, con):
     con.execute(
         "INSERT INTO decay_scores (memory_ref, being_id, store, kind, base_relevance, created_at, last_accessed, "
         "access_count, type_weight, status, pinned) VALUES "
-        "('n1', 'ada', 'nodes', 'message', 0.9, ?, ?, 1, 0.8, 'active', FALSE), "
+        # Base 0.5: from 0.8 on a memory is permanent and stays dormant.
+        "('n1', 'ada', 'nodes', 'message', 0.5, ?, ?, 1, 0.8, 'active', FALSE), "
         "('n2', 'ada', 'nodes', 'message', 0.9, ?, ?, 1, 0.8, 'active', TRUE)",
         [now - timedelta(days=200)] * 4,
     )
