@@ -143,12 +143,18 @@ def is_heartbeat(text: str) -> bool:
     return any(p.search(stripped) for p in _HEARTBEAT_PATTERNS)
 
 
-# Every trigger pattern needs one of these words (none has an "i" or "s", whose case
-# variants str.lower() and re.IGNORECASE fold differently); most texts have none.
+# Every trigger pattern needs one of these words (single words: the patterns allow any
+# whitespace between words); most texts have none.
 _TRIGGER_WORDS = (
-    "forget", "remember", "keep", "note", "reflect", "back", "never", "regard", "cratch",
-    "relevant", "gnore", "memory", "mportant", "reference", "ave th", "fy", "con", "rev", "clean",
+    "forget", "remember", "keep", "note", "reflect", "back", "never", "disregard", "scratch",
+    "relevant", "ignore", "memory", "important", "reference", "save", "fyi", "consolidate",
+    "review", "clean",
 )  # fmt: skip
+# re.IGNORECASE matches "i" and "s" to these, which str.lower() leaves apart.
+_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s"})
+_TRIGGER_SEARCH = re.compile(
+    "|".join(f"(?P<{trigger}>{pattern.pattern})" for trigger, pattern in _TRIGGER_PATTERNS), re.IGNORECASE
+).search
 
 
 def detect_trigger(text: str, role: str | None = "user") -> str | None:
@@ -157,18 +163,15 @@ def detect_trigger(text: str, role: str | None = "user") -> str | None:
     Only the user instructs the memory: an assistant (or the being's own daily notes) saying
     "please remember" is part of the conversation, not an instruction.
     """
-    if role != "user":
+    if role is None or role.lower() != "user":
         return None
-    lowered = text.lower()
+    lowered = text.lower() if text.isascii() else text.translate(_FOLD).lower()
     if not any(word in lowered for word in _TRIGGER_WORDS):
         return None
-    best: tuple[int, str] | None = None
-    for trigger, pattern in _TRIGGER_PATTERNS:
-        m = pattern.search(text)
-        # With several instructions in one text the first one wins.
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), trigger)
-    return best[1] if best else None
+    # With several instructions in one text the first one wins (at one place, the first
+    # of forget, remember, reflect): one scan of the text for all three.
+    found = _TRIGGER_SEARCH(text)
+    return found.lastgroup if found else None
 
 
 def parse_timestamp(value: Any) -> datetime:

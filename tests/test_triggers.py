@@ -1,7 +1,7 @@
 """Seed 001's trigger phrases: every one recognised in a user's turn, none from anyone else.
 
 Through the real parsers (JSONL, OpenClaw transcripts, daily notes) and, for "forget", the
-real ingestion into DuckDB and the proposals it opens.
+real ingestion into DuckDB and the proposals it opens, and over HTTP (POST episodes).
 """
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from datetime import date, datetime
 
+import httpx
 import pytest
 
 from mindflow import store
+from mindflow.api import create_app
+from mindflow.api.server import BackgroundServer
 from mindflow.inbox import ingest
 from mindflow.ingest import detect_trigger, parse_bytes
 from mindflow.loop.forget import propose_ingested
@@ -54,6 +57,20 @@ REFLECT = [
 ]
 
 
+# The lists' phrases exactly as seed 001 gives them, each said alone.
+SEED_PHRASES = {
+    "remember": [
+        "remember this", "remember that", "don't forget", "keep in mind", "note to self", "please remember",
+        "note that", "important:", "for future reference", "save this", "FYI for later",
+    ],
+    "forget": [
+        "never mind", "disregard", "no longer relevant", "scratch that", "ignore what I said about",
+        "remove from memory", "delete the memory", "forget that", "forget this", "forget about",
+    ],
+    "reflect": ["consolidate", "review", "clean up", "what do you remember about"],
+}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "text, expected",
     [(t, "remember") for t in REMEMBER] + [(t, "forget") for t in FORGET] + [(t, "reflect") for t in REFLECT],
@@ -62,6 +79,25 @@ def test_every_phrase_of_the_three_lists_in_a_user_turn(text, expected):
     line = json.dumps({"ts": "2026-03-02T10:00:00Z", "role": "user", "speaker": "Lena", "text": text})
     result = parse_bytes(line.encode(), "turns.jsonl", "ada", "jsonl")
     assert [e.trigger for e in result.episodes] == [expected]
+
+
+@pytest.mark.parametrize(
+    "text, expected", [(phrase, trigger) for trigger, phrases in SEED_PHRASES.items() for phrase in phrases]
+)
+def test_every_phrase_as_the_seed_gives_it(text, expected):
+    # Any case and any spacing between the words: the word prefilter must not drop them.
+    for said in (text, text.upper(), text.capitalize() + ".", text.replace(" ", "\n  ")):
+        line = json.dumps({"ts": "2026-03-02T10:00:00Z", "speaker": "Lena", "text": said})  # no role: user
+        episodes = parse_bytes(line.encode(), "t.jsonl", "ada", "jsonl").episodes
+        assert [e.trigger for e in episodes] == [expected], said
+
+
+def test_important_colon_is_an_instruction_only_at_the_start_of_a_clause():
+    assert detect_trigger("Important: the client demo is on Thursday") == "remember"
+    assert detect_trigger("Ok, important: bring the badge") == "remember"
+    # Said about something, it is part of the conversation.
+    assert detect_trigger("It's important: the demo went well") is None
+    assert detect_trigger("The most important: nobody got hurt") is None
 
 
 @pytest.mark.parametrize(
@@ -108,6 +144,7 @@ def test_an_assistant_saying_please_remember_or_forget_does_nothing(settings):
         ("t2", "assistant", "Mia", "Please remember to bring your gym card."),
         ("t3", "assistant", "Mia", "Never mind, scratch that."),
         ("t4", "user", "Lena", "Please remember that I train on Mondays."),
+        ("t5", "User", "Lena", "Keep in mind: Wednesdays are swimming."),  # any case
     ]
     path.write_text(
         "\n".join(
@@ -121,5 +158,42 @@ def test_an_assistant_saying_please_remember_or_forget_does_nothing(settings):
         ingest(con, settings.inbox, date(2026, 1, 1), date(2026, 12, 31))
         triggers = dict(con.execute("SELECT episode_id, trigger FROM episodes ORDER BY 1").fetchall())
         proposals = propose_ingested(con, settings, since)
-    assert triggers == {"t1": None, "t2": None, "t3": None, "t4": "remember"}
+    assert triggers == {"t1": None, "t2": None, "t3": None, "t4": "remember", "t5": "remember"}
     assert proposals == [] and ProposalStore(settings.proposals).list("ada") == []
+
+
+def test_episodes_posted_by_an_assistant_open_no_proposal_over_http(settings):
+    token = "tok-triggers-0001"
+
+    def turn(minute: int, role: str, text: str) -> dict:
+        return {"ts": f"2026-03-02T10:0{minute}:00Z", "role": role, "text": text}
+
+    forget = "Please forget about the locker code."
+    remember = "Please remember the gym card."
+    with (
+        BackgroundServer(create_app(settings, tokens={token: "*"})) as server,
+        httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+    ):
+        code = http.post(
+            "/v1/beings/ada/episodes", json={"episodes": [turn(0, "user", "My locker code is 4471.")]}
+        )
+        assistant = http.post(
+            "/v1/beings/ada/episodes",
+            json={"episodes": [turn(1, "assistant", forget), turn(2, "assistant", remember)]},
+        )
+        listed = http.get("/v1/beings/ada/proposals").json()["proposals"]
+        user = http.post("/v1/beings/ada/episodes", json={"episodes": [turn(3, "user", forget)]})
+        recalled = http.post("/v1/beings/ada/recall", json={"query": "locker code gym card", "k": 10})
+    assert code.status_code == assistant.status_code == user.status_code == 200, assistant.text
+    assert assistant.json()["forget_proposals"] == [] and listed == []
+    (proposal,) = user.json()["forget_proposals"]
+    candidates = ProposalStore(settings.proposals).get("ada", proposal).payload["candidates"]
+    assert "My locker code is 4471." in [c["text"] for c in candidates]
+    # The memories served at once from the inbox: only the user's turn carries an instruction.
+    triggers = {m["source_episode_ids"][0]: m["trigger"] for m in recalled.json()["memories"]}
+    assert triggers == {
+        code.json()["ids"][0]: None,
+        assistant.json()["ids"][0]: None,
+        assistant.json()["ids"][1]: None,
+        user.json()["ids"][0]: "forget",
+    }
