@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from filelock import FileLock
 
 from mindflow import store
@@ -362,7 +363,7 @@ def ingest(
 
     report.beings = {e.being_id for e in selected}
     if selected:
-        table = episodes_table(_dedupe(selected))
+        table = _without_stored_daily_notes(con, episodes_table(_dedupe(selected)))
         before = _counts_per_being(con, report.beings)
         with store.registered(con, "incoming_episodes", table):
             con.execute(
@@ -455,6 +456,38 @@ def _all_stored(con: duckdb.DuckDBPyConnection, episodes: list[Episode]) -> bool
             "SELECT count(*) FROM file_keys k ANTI JOIN episodes e USING (being_id, episode_id)"
         ).fetchall()[0][0]
     return missing == 0
+
+
+def _without_stored_daily_notes(con: duckdb.DuckDBPyConnection, table: pa.Table) -> pa.Table:
+    """The incoming episodes less the daily-log notes already stored under another id.
+
+    A daily note is its day, its text and which repeat of that text on the day it is. Its
+    id says as much today, but versions before numbered bullets by line, and ingestion
+    reads done files again (backfills, runs whose days they cover): without this, each
+    bullet stored by such a version would come back once under its new id.
+    """
+    if not pc.any(pc.equal(table.column("format"), "daily-md")).as_py():
+        return table
+    with store.registered(con, "incoming_notes", table):
+        stored = con.execute(
+            """
+            WITH incoming AS (
+                SELECT being_id, episode_id, day, text,
+                       row_number() OVER (PARTITION BY being_id, day, text ORDER BY ts, episode_id) AS n
+                FROM incoming_notes WHERE format = 'daily-md'),
+            kept AS (
+                SELECT being_id, episode_id, day, text,
+                       row_number() OVER (PARTITION BY being_id, day, text ORDER BY ts, episode_id) AS n
+                FROM episodes SEMI JOIN (SELECT DISTINCT being_id, day FROM incoming) USING (being_id, day)
+                WHERE format = 'daily-md')
+            SELECT i.episode_id FROM incoming i JOIN kept k USING (being_id, day, text, n)
+            WHERE k.episode_id <> i.episode_id
+            """
+        ).fetchall()
+    if not stored:
+        return table
+    drop = pa.array([r[0] for r in stored], pa.string())
+    return table.filter(pc.invert(pc.is_in(table.column("episode_id"), drop)))
 
 
 def _dedupe(episodes: list[Episode]) -> list[Episode]:

@@ -5,11 +5,12 @@ Real parsing and ingestion into DuckDB from files dropped in the inbox.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date
 
 from mindflow import store
-from mindflow.inbox import ingest
-from mindflow.ingest import parse_bytes
+from mindflow.inbox import episodes_table, ingest
+from mindflow.ingest import episode_hash_id, parse_bytes
 
 DAY = "2026-03-02.md"
 LOG = """# 2026-03-02
@@ -54,9 +55,12 @@ def test_a_line_written_above_others_adds_one_episode_and_renames_none(settings)
         assert len(before) == 5
 
         # The same day's log, edited: a new first bullet, and a repeat of an existing line.
-        edited = PLAIN.replace(
-            "# 2026-03-02\n", "# 2026-03-02\n- [decision|i=0.9] Ship on Thursdays from now on.\n"
-        ) + "- [fact|i=0.7] Small commits make reviews fast.\n"
+        edited = (
+            PLAIN.replace(
+                "# 2026-03-02\n", "# 2026-03-02\n- [decision|i=0.9] Ship on Thursdays from now on.\n"
+            )
+            + "- [fact|i=0.7] Small commits make reviews fast.\n"
+        )
         (inbox / DAY).write_text(edited)
         ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 31))
         after = con.execute("SELECT text, episode_id FROM episodes ORDER BY ts").fetchall()
@@ -68,3 +72,33 @@ def test_a_line_written_above_others_adds_one_episode_and_renames_none(settings)
     assert [t for t, _ in after].count("Small commits make reviews fast.") == 2
     ids = {i for _, i in after}
     assert set(before.values()) <= ids
+
+
+def test_notes_stored_by_an_earlier_version_are_not_ingested_again(settings):
+    # Earlier versions gave a bullet the id of its time, midnight + its line number in seconds.
+    legacy = [
+        replace(e, episode_id=episode_hash_id("gandalf", e.ts, "gandalf", e.text))
+        for e in parse_bytes(PLAIN.encode(), DAY, "gandalf", "daily-md").episodes
+    ]
+    inbox = settings.inbox / "gandalf"
+    inbox.mkdir(parents=True)
+    with store.connect(settings.duckdb_path) as con:
+        with store.registered(con, "legacy", episodes_table(legacy)):
+            con.execute("INSERT INTO episodes SELECT *, now()::TIMESTAMP FROM legacy")
+        old_ids = {i for (i,) in con.execute("SELECT episode_id FROM episodes").fetchall()}
+
+        # The same log landed again, then edited: a line above the others and a repeat below.
+        (inbox / DAY).write_text(PLAIN)
+        again = ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 31))
+        edited = PLAIN.replace("# 2026-03-02\n", "# 2026-03-02\n- [decision] Ship on Thursdays.\n")
+        (inbox / DAY).write_text(edited + "- [fact|i=0.7] Small commits make reviews fast.\n")
+        later = ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 31))
+        rows = con.execute("SELECT episode_id, text FROM episodes").fetchall()
+
+    assert (again.new, again.duplicates) == (0, 5)
+    assert later.new == 2
+    assert old_ids <= {i for i, _ in rows} and len(rows) == 7
+    assert sorted(t for i, t in rows if i not in old_ids) == [
+        "Ship on Thursdays.",
+        "Small commits make reviews fast.",
+    ]
