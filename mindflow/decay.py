@@ -34,7 +34,9 @@ class DecayParams:
     # The frequency factor grows without bound; scores are capped at this multiple of the
     # type weight so that a memory recalled every day cannot drown every other one.
     cap: float = 1.5
-    keep_importance: float = 0.8  # daily-log entries at or above: kept
+    # At or above (Gandalf's i >= 0.8): permanent. Never archived by score (dormant at worst),
+    # and daily-log entries are kept by retention.
+    keep_importance: float = 0.8
     medium_importance: float = 0.4  # at or above: kept medium_days, below: short_days
     medium_days: int = 30
     short_days: int = 7

@@ -16,6 +16,7 @@ from mindflow.api.server import BackgroundServer
 from mindflow.config import Settings
 from mindflow.decay import run_decay
 from mindflow.inbox import ingest
+from mindflow.loop.fold import fold_marks
 from mindflow.memories import publish
 from mindflow.patrol import run_patrol
 
@@ -66,8 +67,20 @@ def test_an_important_memory_stays_dormant_and_searchable(tmp_path, embedder, mo
     ):
         found = client.post("/v1/beings/ada/search_memory", json={"query": "Vera", "k": 10})
         bread = client.post("/v1/beings/ada/search_memory", json={"query": "bakery rye bread", "k": 10})
+        # A forget still archives a permanent memory.
+        (allergy,) = [m["memory_ref"] for m in found.json()["memories"] if m["text"] == TURNS[2][2]]
+        proposal = client.post("/v1/beings/ada/forget", json={"refs": [allergy]}).json()["proposal_id"]
+        confirmed = client.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "confirm": True})
     assert found.status_code == 200, found.text
     texts = {m["text"] for m in found.json()["memories"]}
     assert texts == {TURNS[0][2], TURNS[2][2]}
     assert {m["status"] for m in found.json()["memories"]} == {"dormant"}
     assert bread.json()["memories"] == []  # archived: out of every recall path
+
+    assert confirmed.json()["forgotten"] == [allergy]
+    with store.connect(settings.duckdb_path) as con:
+        fold_marks(con, settings, "ada", NOW + timedelta(days=201))
+        run_decay(con, NOW + timedelta(days=201))
+        after = dict(con.execute("SELECT memory_ref, status FROM decay_scores").fetchall())
+    assert after[allergy] == "archived"
+    assert sorted(after.values()) == ["archived", "archived", "dormant"]
