@@ -45,10 +45,14 @@ _LEAD = (
 )
 _NOT = r"(?:don['’]?t|do\s+not)"
 # A reflect phrase that is also an everyday verb ("review", "clean up", "consolidate") is
-# an instruction to the memory only when memory is its object ("review your memory",
-# "clean up my notes") or when it is the whole turn ("Consolidate.").
+# an instruction to the memory only when the being's memory is its object ("review your
+# memory", "clean up your notes", "consolidate memories") or when it is the whole turn
+# ("Consolidate."). "Review my notes" is the user's own; "clean up the memory leak" or
+# "review the memory usage" name a thing, so memory must end the object.
 _MEMORY_OBJECT = (
-    r"(?:\s+(?:your|my|our|the|all|of|what\s+you\s+know))*\s+(?:memor(?:y|ies)|notes|knowledge)\b"
+    r"\s+(?:(?:all\s+(?:of\s+)?)?(?:(?:your|the)\s+)?memor(?:y|ies)|your\s+(?:notes|knowledge)"
+    r"|what\s+you\s+(?:know|remember))\b"
+    r"(?=\s*(?:\Z|[.,;:!?)\]\"”]|(?:of|about|from|for|on|in|with|since|and|please|now|today|tonight)\b))"
 )
 _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (

@@ -52,6 +52,10 @@ REFLECT = [
     "Please review your memory of this week",
     "Clean up",
     "Clean up your notes",
+    "clean up memory",
+    "Consolidate memories from last week",
+    "Ok, review all your memories of March.",
+    "Review what you know about Bob",
     "What do you remember about the Lisbon trip?",
     "Reflect on how the week went",
 ]
@@ -104,6 +108,9 @@ def test_important_colon_is_an_instruction_only_at_the_start_of_a_clause():
     "text",
     [
         "Please review my pull request",  # an everyday review, not of memory
+        "Review my notes for the talk",  # the user's own notes
+        "Clean up the memory leak in the parser",  # memory as a thing
+        "Please review the memory usage of the worker",
         "We should clean up the garage",
         "Let's consolidate the two invoices",
         "It is important to sleep",
