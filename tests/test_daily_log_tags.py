@@ -9,8 +9,10 @@ from dataclasses import replace
 from datetime import date
 
 from mindflow import store
-from mindflow.inbox import episodes_table, ingest
+from mindflow.inbox import DONE, episodes_table, ingest
 from mindflow.ingest import episode_hash_id, parse_bytes
+from mindflow.loop.erase import EraseReport, erase_inbox, make_plan
+from mindflow.loop.proposals import ProposalStore
 
 DAY = "2026-03-02.md"
 LOG = """# 2026-03-02
@@ -102,3 +104,24 @@ def test_notes_stored_by_an_earlier_version_are_not_ingested_again(settings):
         "Ship on Thursdays.",
         "Small commits make reviews fast.",
     ]
+
+
+def test_a_permanent_forget_blanks_a_note_stored_under_its_earlier_id(settings):
+    legacy = [
+        replace(e, episode_id=episode_hash_id("gandalf", e.ts, "gandalf", e.text))
+        for e in parse_bytes(PLAIN.encode(), DAY, "gandalf", "daily-md").episodes
+    ]
+    rumour = next(e for e in legacy if e.text == "Heard the cafeteria closes in May.")
+    (settings.inbox / "gandalf").mkdir(parents=True)
+    (settings.inbox / "gandalf" / DAY).write_text(PLAIN)
+    with store.connect(settings.duckdb_path) as con:
+        with store.registered(con, "legacy", episodes_table(legacy)):
+            con.execute("INSERT INTO episodes SELECT *, now()::TIMESTAMP FROM legacy")
+        ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 31))  # to inbox/.done, nothing new
+        delete = ProposalStore(settings.proposals).create(
+            "gandalf", "forget", {"confirmed_refs": [], "confirmed_episode_ids": [rumour.episode_id]}, "user"
+        )
+        erase_inbox(con, settings, make_plan(con, "gandalf", [delete]), EraseReport())
+    done = (settings.inbox / DONE / "gandalf" / DAY).read_text()
+    assert "cafeteria" not in done
+    assert done.splitlines() == [("" if "cafeteria" in line else line) for line in PLAIN.splitlines()]

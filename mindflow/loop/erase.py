@@ -383,7 +383,7 @@ def _without_episodes(
     """The file with the lines of the deleted episodes blank (line numbers, hence the other
     episodes' source_ref and a daily log's bullet times, stay), and lines holding a whole
     deleted text (a quarantined copy) blank too."""
-    from mindflow.ingest import detect_format, parse_bytes
+    from mindflow.ingest import detect_format, episode_hash_id, parse_bytes
 
     try:
         fmt = detect_format(path)
@@ -397,7 +397,11 @@ def _without_episodes(
         if not e.source_ref:
             continue
         start = int(e.source_ref.rsplit(":", 1)[1]) - 1
-        if e.episode_id in plan.episodes:
+        ids = {e.episode_id}
+        if fmt == "daily-md":
+            # Versions before content ids stored a daily-log bullet under the id of its time.
+            ids.add(episode_hash_id(e.being_id, e.ts, e.speaker, e.text))
+        if not ids.isdisjoint(plan.episodes):
             end = _entry_end(lines, start) if fmt == "daily-md" else start + 1
             blank.update(range(start, min(end, len(lines))))
         else:
