@@ -78,7 +78,9 @@ _TRIGGER_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             _LEAD + r"(?:remember\s+(?:that|this)\b(?!\s+(?:time|day|night|one)\b)"
             rf"|remember\s*:|(?:{_NOT}|never)\s+forget\b|keep\s+in\s+mind\b"
             # The rest of seed 001's remember phrases.
-            r"|note\s+that\b|important\s*:|save\s+this\b)"
+            r"|note\s+that\b|important\s*:|save\s+this\b"
+            # "Save this file" or "save this as a PDF" ask to keep something other than a memory.
+            r"(?=\s*(?:\Z|[^\w\s]|for\s+(?:later|me|the\s+future)\b|(?:in|to)\s+(?:your\s+)?memory\b)))"
             r"|\bplease\s+remember\b|\bnote\s+to\s+self\b|\bfor\s+future\s+reference\b"
             r"|\bfyi\s+for\s+later\b",
             re.IGNORECASE,

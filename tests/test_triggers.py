@@ -32,6 +32,7 @@ REMEMBER = [
     "Important: the client demo is on Thursday",
     "For future reference, my shoe size is 43",
     "Save this: the door code is 4411",
+    "Save this for later, the gate opens with 1907",
     "FYI for later, Tom is allergic to nuts",
 ]
 FORGET = [
@@ -111,6 +112,8 @@ def test_important_colon_is_an_instruction_only_at_the_start_of_a_clause():
         "Review my notes for the talk",  # the user's own notes
         "Clean up the memory leak in the parser",  # memory as a thing
         "Please review the memory usage of the worker",
+        "Save this file before you close it",  # keeps a file, not a memory
+        "Please save this as a PDF",
         "We should clean up the garage",
         "Let's consolidate the two invoices",
         "It is important to sleep",
