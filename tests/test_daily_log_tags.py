@@ -22,6 +22,8 @@ LOG = """# 2026-03-02
 Latency came from the cold index, not the network.
 - [rumour] Heard the cafeteria closes in May.
 - [todo|tags=office] Order a second monitor.
+## 16:30 | context | i=0.3
+The build server moved to the basement.
 """
 # Only the kinds every version knew, so the test is about ids alone.
 PLAIN = """# 2026-03-02
@@ -44,6 +46,7 @@ def test_the_seeds_tag_words_are_accepted_with_their_importance():
         ("fact", 0.8, ("insight",), "Latency came from the cold index, not the network."),
         ("message", None, ("rumour",), "Heard the cafeteria closes in May."),  # unknown: a tag
         ("task", None, ("todo", "office"), "Order a second monitor."),
+        ("event", 0.3, ("context",), "The build server moved to the basement."),
     ]
 
 
