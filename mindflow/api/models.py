@@ -222,7 +222,11 @@ class EpisodeIn(_Request):
     ts: StrictStr | StrictInt | StrictFloat = Field(description="ISO 8601 (UTC unless offset) or epoch.")
     text: StrictStr
     speaker: StrictStr | None = None
-    role: StrictStr | None = None
+    role: StrictStr | None = Field(
+        default=None,
+        description="user (the default) or assistant: only a user's turn gives a memory instruction "
+        '("remember ...", "forget ...", "review your memory").',
+    )
     id: StrictStr | StrictInt | None = Field(
         default=None, description="Your id, unique within the being; default: a hash of ts, speaker, text."
     )
