@@ -6,6 +6,7 @@ from assets.partitions import daily
 from mindflow import audit
 from mindflow.audit.tables import log_decay_transitions
 from mindflow.decay import STATUSES, TYPE_WEIGHTS, DecayParams, run_decay
+from mindflow.fact_activation import run_activation
 from mindflow.loop.fold import fold_all, totals
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource
@@ -28,7 +29,8 @@ from mindflow.resources import DuckDBResource
     ],
 )
 def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
-    """Decay relevance per memory: base * exp(-0.03 * days) * log2(accesses + 1) * type weight."""
+    """Decay relevance per memory: base * exp(-0.03 * days) * log2(accesses + 1) * type weight; and each
+    fact's activation, with the accesses the read API recorded (Hot, Warm, Cool)."""
     end = context.partition_time_window.end.replace(tzinfo=None)
     as_of = min(utcnow(), end)
     params = DecayParams()
@@ -39,6 +41,7 @@ def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> d
         marks = fold_all(con, duckdb.settings(), utcnow(), context.run_id)
         report = run_decay(con, as_of, params, run_id=context.run_id)
         log_decay_transitions(con, duckdb.settings(), report.transitions, run_id=context.run_id)
+        facts = run_activation(con, as_of, duckdb.settings().events, duckdb.settings().activation_params())
         out_of_range, histogram = con.execute(
             "SELECT count(*) FILTER (WHERE score < 0 OR score > ?), "
             "histogram(floor(score * 4) / 4) FROM decay_scores",
@@ -56,6 +59,7 @@ def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> d
             **{status: report.statuses.get(status, 0) for status in STATUSES},
             **{f"change_{s}": n for s, n in report.changes.items()},
             "score_histogram": dg.MetadataValue.md("| score ≥ | memories |\n|---|---|\n" + bars),
+            **facts.counts(),
             **totals(marks),
             **integrity.metadata(),
         },

@@ -7,7 +7,11 @@ from mindflow.resources import DuckDBResource, LanceDBResource
 
 
 @dg.asset(
-    deps=[dg.AssetDep("clusters", partition_mapping=dg.AllPartitionMapping())],
+    deps=[
+        dg.AssetDep("clusters", partition_mapping=dg.AllPartitionMapping()),
+        # Activation (and with it the Cool facts left out) comes from the decay job.
+        dg.AssetDep("decay_scores", partition_mapping=dg.AllPartitionMapping()),
+    ],
     pool="duckdb",
     group_name="recall",
     kinds={"lancedb"},
@@ -16,10 +20,11 @@ from mindflow.resources import DuckDBResource, LanceDBResource
 def facts_graph(
     context: dg.AssetExecutionContext, duckdb: DuckDBResource, lancedb: LanceDBResource
 ) -> dg.MaterializeResult:
-    """Current facts and relations of every being, with aliases folded into entity keys, for graph recall."""
+    """Current facts and relations of every being, with aliases folded into entity keys, for graph recall;
+    Cool facts unused for MINDFLOW_FACT_COOL_DAYS are left out."""
     db = lancedb.connect()
     with duckdb.connect() as con:
-        report = graph.publish_graph(con, db)
+        report = graph.publish_graph(con, db, params=duckdb.settings().activation_params())
     context.log.info(f"published {report.upserted} graph rows, removed {report.deleted}")
     metadata: dict = {
         "dagster/row_count": report.rows,

@@ -1,11 +1,12 @@
-"""Job `decay`: decay scores as of a day, then the statuses published to `memories`."""
+"""Job `decay`: decay scores and fact activation as of a day, then published to `memories` and the graph."""
 
 import dagster as dg
 
 decay_job = dg.define_asset_job(
     "decay",
-    selection=["decay_scores", "memories"],
-    description="Recompute decay scores and statuses as of the partition's day.",
+    selection=["decay_scores", "memories", "facts_graph"],
+    description="Recompute decay scores and statuses and fact activation as of the partition's day, then "
+    "publish them.",
     executor_def=dg.in_process_executor,
 )
 

@@ -105,6 +105,11 @@ def _forget_body(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _facts_params(entity: str | None, depth: int, key: str | None, q: str | None, k: int) -> dict[str, Any]:
+    given = {"entity": entity, "key": key, "q": q}
+    return {**{name: v for name, v in given.items() if v is not None}, "depth": depth, "k": k}
+
+
 def _episodes_body(episodes: Iterable[EpisodeIn | Mapping[str, Any]]) -> dict[str, Any]:
     items = [e.model_dump(exclude_none=True) if isinstance(e, EpisodeIn) else dict(e) for e in episodes]
     return {"episodes": to_jsonable_python(items)}
@@ -252,8 +257,18 @@ class MindflowClient(_Base):
         path = self._being(being, "clusters", cluster_id, "memories")
         return self._typed(ClusterResponse, "GET", path, params={"k": k})
 
-    def facts(self, being: str, entity: str, depth: int = 1) -> FactsResponse:
-        params = {"entity": entity, "depth": depth}
+    def facts(
+        self,
+        being: str,
+        entity: str | None = None,
+        depth: int = 1,
+        *,
+        key: str | None = None,
+        q: str | None = None,
+        k: int = 20,
+    ) -> FactsResponse:
+        """Facts around a (loosely named) entity, only those with `key`, or those matching the words `q`."""
+        params = _facts_params(entity, depth, key, q, k)
         return self._typed(FactsResponse, "GET", self._being(being, "facts"), params=params)
 
     def story(self, being: str) -> str:
@@ -424,8 +439,17 @@ class AsyncMindflowClient(_Base):
         path = self._being(being, "clusters", cluster_id, "memories")
         return await self._typed(ClusterResponse, "GET", path, params={"k": k})
 
-    async def facts(self, being: str, entity: str, depth: int = 1) -> FactsResponse:
-        params = {"entity": entity, "depth": depth}
+    async def facts(
+        self,
+        being: str,
+        entity: str | None = None,
+        depth: int = 1,
+        *,
+        key: str | None = None,
+        q: str | None = None,
+        k: int = 20,
+    ) -> FactsResponse:
+        params = _facts_params(entity, depth, key, q, k)
         return await self._typed(FactsResponse, "GET", self._being(being, "facts"), params=params)
 
     async def story(self, being: str) -> str:

@@ -88,6 +88,16 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Days after which the recency boost halves (default 30)."
     )
 
+    fact_cool_days: int = Field(
+        default=30,
+        ge=1,
+        description="Days a Cool fact (activation below 1.0) stays in the published graph after its last "
+        "access; it is never deleted from DuckDB, and an access brings it back.",
+    )
+    fact_decay_rate: float = Field(
+        default=0.05, gt=0, description="Daily decay rate of a fact's activation (exp(-rate * days unused))."
+    )
+
     @model_validator(mode="after")
     def _some_recall_weight(self) -> Settings:
         if self.recall_vector_weight == 0 and self.recall_text_weight == 0:
@@ -96,6 +106,12 @@ class Settings(BaseSettings):
                 "query nothing; give one of them a positive weight"
             )
         return self
+
+    def activation_params(self):
+        """Fact activation (`ActivationParams`) with these settings' decay rate and Cool days."""
+        from mindflow.fact_activation import ActivationParams
+
+        return ActivationParams(rate=self.fact_decay_rate, cool_days=self.fact_cool_days)
 
     def recall_overrides(self) -> dict[str, float]:
         """The RecallConfig fields these settings set."""
@@ -106,6 +122,7 @@ class Settings(BaseSettings):
             "half_life_days": self.recall_half_life_days,
         }
         return {k: v for k, v in values.items() if v is not None}
+
     models_dir: Path | None = Field(
         default=None,
         description="MINDFLOW_MODELS_DIR: derived model files such as the server's ONNX query encoder "
@@ -209,8 +226,9 @@ class Settings(BaseSettings):
         default=50_000, description="Safe limit of one narrative prompt: episodes are batched under it."
     )
     narrative_pending_tokens: int = Field(
-        default=5_000, description="The narrative sensor starts a run for a being past this many "
-        "estimated tokens of unnarrated episodes."
+        default=5_000,
+        description="The narrative sensor starts a run for a being past this many "
+        "estimated tokens of unnarrated episodes.",
     )
     narrative_max_words: int = Field(
         default=10_000, description="Older chapters of STORY.md are summarised when it nears this length."

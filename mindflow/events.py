@@ -39,7 +39,7 @@ class RecallEvent:
 
     event_id: str  # uuid4 hex
     being_id: str
-    tool: str  # recall | recall_memory | search_memory | resonance
+    tool: str  # recall | recall_memory | search_memory | resonance | fact_access
     memory_refs: tuple[str, ...]
     increments: tuple[int, ...]  # one per memory_ref
     ts: datetime  # naive UTC
@@ -168,7 +168,8 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
     reactivated since it died. A recall of a node a ❹ merge absorbed reinforces its
     survivor, which holds its history now.
     """
-    events = [e for e in read_events(events_dir) if e.being_id == being_id]
+    # Fact accesses share the files; the decay job folds them (mindflow.fact_activation).
+    events = [e for e in read_events(events_dir) if e.being_id == being_id and e.tool in REINFORCEMENT]
     if not events:
         return FoldReport()
     # Checked before anything is written: a partial fold would miscount for good.

@@ -20,12 +20,14 @@ from itertools import combinations
 import duckdb
 import pyarrow as pa
 
-from mindflow import graph, store
+from mindflow import fact_activation, graph, store
 from mindflow.llm import LLM, LLMError, LLMSkipped
 from mindflow.prompts import extraction as prompt
 
 log = logging.getLogger("mindflow.extraction")
 PARSE_FAILED = "[PARSE_FAILED]"
+# A fact with no importance of its own and no scene to take one from.
+DEFAULT_FACT_IMPORTANCE = 0.5
 KNOWN_ENTITIES = 200  # names shown to the model so it reuses them (alias resolution)
 
 
@@ -333,6 +335,18 @@ def _apply_graph(con, being_id, answer, ts_of, now, report) -> set[str]:
     def sources(ids: list[str]) -> list[str]:
         return [i for i in dict.fromkeys(ids) if i in ts_of]
 
+    # A fact the model gives no importance takes that of the scenes it was drawn from.
+    scene_importance: dict[str, float] = {}
+    for scene in answer.scenes:
+        for episode_id in scene.episode_ids:
+            scene_importance[episode_id] = max(scene_importance.get(episode_id, 0.0), float(scene.importance))
+
+    def importance_of(fact) -> float:
+        if fact.importance is not None:
+            return float(fact.importance)
+        drawn = [scene_importance[i] for i in fact.episode_ids if i in scene_importance]
+        return max(drawn) if drawn else DEFAULT_FACT_IMPORTANCE
+
     keys = sorted({" ".join(f.key.split()).lower() for f in answer.facts})
     current: dict[tuple[str, str], list[list]] = {}
     for fact_id, entity, key, value in con.execute(
@@ -374,13 +388,14 @@ def _apply_graph(con, being_id, answer, ts_of, now, report) -> set[str]:
             rows[fact_id] = {
                 "fact_id": fact_id, "entity": entity, "key": key, "value": value, "category": fact.category,
                 "confidence": float(fact.confidence), "sources": src, "valid_at": valid_at,
-                "invalid_at": None,
+                "invalid_at": None, "importance": importance_of(fact),
                 "hits": 1,
             }  # fmt: skip
         else:
             row["hits"] += 1
             row["invalid_at"] = None
             row["confidence"] = max(row["confidence"], float(fact.confidence))
+            row["importance"] = max(row["importance"], importance_of(fact))
             row["sources"] += [i for i in src if i not in row["sources"]]
     for relation in answer.relations:
         src = sources(relation.episode_ids)
@@ -460,7 +475,7 @@ def _write_graph(con, being_id, now, new_aliases, rows, closed, history, relatio
             "sources": pa.array([r["sources"] for r in values], strings),
             "valid_at": pa.array([r["valid_at"] for r in values], pa.timestamp("us")),
             "invalid_at": pa.array([r["invalid_at"] for r in values], pa.timestamp("us")),
-            "hits": [r["hits"] for r in values],
+            "importance": [r["importance"] for r in values], "hits": [r["hits"] for r in values],
         })  # fmt: skip
         with store.registered(con, "new_facts", table):
             existing = con.execute(
@@ -469,23 +484,30 @@ def _write_graph(con, being_id, now, new_aliases, rows, closed, history, relatio
             con.execute(
                 """
                 INSERT INTO facts (fact_id, being_id, entity, key, value, category, confidence, activation,
-                    importance, access_count, source_episode_ids, valid_at, invalid_at, created_at)
-                SELECT fact_id, ?, entity, key, value, category, confidence, 1.0, 0.5, hits, sources,
-                       valid_at,
-                       invalid_at, ?
+                    importance, access_count, source_episode_ids, valid_at, invalid_at, created_at,
+                    last_accessed)
+                SELECT fact_id, $being, entity, key, value, category, confidence, 1.0, importance, hits,
+                       sources, valid_at, invalid_at, $now, $now
                 FROM new_facts
                 ON CONFLICT (fact_id) DO UPDATE SET
                     access_count = facts.access_count + excluded.access_count,
                     confidence = greatest(facts.confidence, excluded.confidence),
+                    importance = greatest(facts.importance, excluded.importance),
                     source_episode_ids = list_concat(facts.source_episode_ids, list_filter(
                         excluded.source_episode_ids,
                         lambda x: NOT list_contains(facts.source_episode_ids, x))),
-                    activation = 1.0,
+                    last_accessed = greatest(facts.last_accessed, excluded.last_accessed),
                     valid_at = CASE WHEN facts.invalid_at IS NULL THEN facts.valid_at
                                     ELSE excluded.valid_at END,
                     invalid_at = excluded.invalid_at
                 """,
-                [being_id, now],
+                {"being": being_id, "now": now},
+            )
+            # Seen (again) now: the activation of an access, as the decay job computes it.
+            seen = fact_activation.activation_sql(fact_activation.ActivationParams())
+            con.execute(
+                f"UPDATE facts SET activation = {seen} WHERE fact_id IN (SELECT fact_id FROM new_facts)",
+                {"as_of": now},
             )
         report.facts_new += len(values) - existing
         report.facts_confirmed += sum(r["hits"] for r in values) - (len(values) - existing)

@@ -22,6 +22,8 @@ import pyarrow.compute as pc
 from duckdb.sqltypes import VARCHAR
 
 from mindflow import lance, store
+from mindflow.entity_match import EntityIndex
+from mindflow.fact_activation import ActivationParams
 from mindflow.inbox import validate_being_id
 from mindflow.models import utcnow
 
@@ -86,27 +88,56 @@ _RESOLVED_ALIASES_SQL = f"""
 
 # Activation drifts a little every day with decay: rounded, so that drift does
 # not rewrite every fact nightly (a LanceDB update un-indexes the rows it touches).
+# A Cool fact unused for the configured days stays out ($as_of, $cool_days); `text` is what
+# the full-text index reads.
 _FACTS_SQL = f"""
     SELECT f.fact_id, f.being_id, f.entity, coalesce(a.entity_key, f.raw_key) AS entity_key,
-           f.key, f.value, f.category, f.confidence, round(f.activation, 1) AS activation,
+           f.key, f.value, f.entity || ' ' || f.key || ' ' || f.value AS text,
+           f.category, f.confidence, round(f.activation, 1) AS activation,
+           CASE WHEN f.activation > $hot THEN 'hot' WHEN f.activation >= $warm THEN 'warm'
+                ELSE 'cool' END AS tier,
            f.importance, f.valid_at, f.source_episode_ids
     FROM (
         SELECT *, {_KEY_FUNCTION}(entity) AS raw_key FROM facts
         WHERE invalid_at IS NULL AND forgotten_at IS NULL
+          AND NOT (activation < $warm AND coalesce(last_accessed, created_at) < $as_of - to_days($cool_days))
     ) f
     LEFT JOIN graph_aliases a ON a.being_id = f.being_id AND a.alias_key = f.raw_key
 """
 
+# How often facts of two entities were drawn from the same episodes (co_occurrences,
+# summed over their facts), by unordered pair of entity keys: it ranks the neighbours
+# a traversal returns.
+_CO_OCCURRENCES_SQL = f"""
+    WITH keyed AS (
+        SELECT f.fact_id, f.being_id, coalesce(a.entity_key, {_KEY_FUNCTION}(f.entity)) AS k
+        FROM facts f
+        LEFT JOIN graph_aliases a ON a.being_id = f.being_id AND a.alias_key = {_KEY_FUNCTION}(f.entity)
+        WHERE f.invalid_at IS NULL AND f.forgotten_at IS NULL
+    )
+    SELECT c.being_id, least(x.k, y.k) AS k1, greatest(x.k, y.k) AS k2, sum(c.weight) AS weight
+    FROM co_occurrences c
+    JOIN keyed x ON x.fact_id = c.fact_a AND x.being_id = c.being_id
+    JOIN keyed y ON y.fact_id = c.fact_b AND y.being_id = c.being_id
+    WHERE x.k <> y.k
+    GROUP BY ALL
+"""
+
 _RELATIONS_SQL = f"""
-    SELECT r.relation_id, r.being_id, r.subject, coalesce(s.entity_key, r.raw_subject) AS subject_key,
-           r.predicate, r.object, coalesce(o.entity_key, r.raw_object) AS object_key,
-           r.weight, r.valid_at, r.source_episode_ids
+    SELECT r.relation_id, r.being_id, r.subject, r.subject_key, r.predicate, r.object, r.object_key,
+           r.weight, coalesce(p.weight, 0.0) AS co_occurrence, r.valid_at, r.source_episode_ids
     FROM (
-        SELECT *, {_KEY_FUNCTION}(subject) AS raw_subject, {_KEY_FUNCTION}(object) AS raw_object
-        FROM relations WHERE invalid_at IS NULL AND forgotten_at IS NULL
+        SELECT r.*, coalesce(s.entity_key, r.raw_subject) AS subject_key,
+               coalesce(o.entity_key, r.raw_object) AS object_key
+        FROM (
+            SELECT *, {_KEY_FUNCTION}(subject) AS raw_subject, {_KEY_FUNCTION}(object) AS raw_object
+            FROM relations WHERE invalid_at IS NULL AND forgotten_at IS NULL
+        ) r
+        LEFT JOIN graph_aliases s ON s.being_id = r.being_id AND s.alias_key = r.raw_subject
+        LEFT JOIN graph_aliases o ON o.being_id = r.being_id AND o.alias_key = r.raw_object
     ) r
-    LEFT JOIN graph_aliases s ON s.being_id = r.being_id AND s.alias_key = r.raw_subject
-    LEFT JOIN graph_aliases o ON o.being_id = r.being_id AND o.alias_key = r.raw_object
+    LEFT JOIN graph_co_occurrences p ON p.being_id = r.being_id
+         AND p.k1 = least(r.subject_key, r.object_key) AND p.k2 = greatest(r.subject_key, r.object_key)
 """
 
 # Being ids are slugs without '/', so being_id/alias_key names one alias row.
@@ -126,6 +157,7 @@ class _Kind:
     sql: str
     schema: pa.Schema
     indexed: tuple[str, ...]
+    full_text: tuple[str, ...] = ()  # columns with a full-text index
 
 
 _STRINGS = pa.list_(pa.string())
@@ -144,15 +176,18 @@ KINDS = (
                 ("entity_key", pa.string()),
                 ("key", pa.string()),
                 ("value", pa.string()),
+                ("text", pa.string()),
                 ("category", pa.string()),
                 ("confidence", pa.float64()),
                 ("activation", pa.float64()),
+                ("tier", pa.string()),
                 ("importance", pa.float64()),
                 ("valid_at", pa.timestamp("us")),
                 ("source_episode_ids", _STRINGS),
             ]
         ),
         ("entity_key",),
+        ("text",),
     ),
     _Kind(
         "relation",
@@ -169,6 +204,7 @@ KINDS = (
                 ("object", pa.string()),
                 ("object_key", pa.string()),
                 ("weight", pa.float64()),
+                ("co_occurrence", pa.float64()),
                 ("valid_at", pa.timestamp("us")),
                 ("source_episode_ids", _STRINGS),
             ]
@@ -223,31 +259,49 @@ class GraphPublishReport:
         return sum(t.rows for t in self.tables.values())
 
 
-def publish_graph(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> GraphPublishReport:
-    """Bring LanceDB `facts`, `relations` and `aliases` in line with DuckDB, writing only what changed."""
+def publish_graph(
+    con: duckdb.DuckDBPyConnection,
+    db,
+    now: datetime | None = None,
+    params: ActivationParams | None = None,
+) -> GraphPublishReport:
+    """Bring LanceDB `facts`, `relations` and `aliases` in line with DuckDB, writing only what changed.
+
+    Cool facts unused for `params.cool_days` are left out (their DuckDB rows stay)."""
     now = now or utcnow()
+    params = params or ActivationParams()
     report = GraphPublishReport()
     with _key_function(con):
         con.execute(f"CREATE OR REPLACE TEMP TABLE graph_aliases AS {_RESOLVED_ALIASES_SQL}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE graph_co_occurrences AS {_CO_OCCURRENCES_SQL}")
         try:
             for kind in KINDS:
-                report.tables[kind.table] = _publish_kind(con, db, kind, now, report.per_being)
+                report.tables[kind.table] = _publish_kind(con, db, kind, now, params, report.per_being)
         finally:
             con.execute("DROP TABLE IF EXISTS graph_aliases")
+            con.execute("DROP TABLE IF EXISTS graph_co_occurrences")
     return report
 
 
-def _publish_kind(con, db, kind: _Kind, now: datetime, per_being: dict[str, dict[str, int]]) -> TableReport:
+def _publish_kind(
+    con, db, kind: _Kind, now: datetime, params: ActivationParams, per_being: dict[str, dict[str, int]]
+) -> TableReport:
     result = TableReport()
     desired = f"desired_graph_{kind.name}"
     table = lance.open_table(db, kind.table)
+    if table is not None and table.schema.names != kind.schema.names:
+        # Published by an older mindflow with other columns: written again whole.
+        db.drop_table(kind.table)
+        table = None
     if table is None:
         # The LanceDB table is gone (first run, or removed by hand): publish everything again.
         con.execute("DELETE FROM published_graph WHERE kind = ?", [kind.name])
+    bound = {"as_of": now, "cool_days": params.cool_days, "hot": params.hot, "warm": params.warm}
     # The hash covers exactly the published row, column names included.
     con.execute(
         f"CREATE OR REPLACE TEMP TABLE {desired} AS "
-        f"SELECT d.*, md5(to_json(d)) AS row_hash FROM ({kind.sql}) d"
+        f"SELECT d.*, md5(to_json(d)) AS row_hash FROM ({kind.sql}) d",
+        bound if "$as_of" in kind.sql else None,
     )
     try:
         for being_id, n in con.execute(f"SELECT being_id, count(*) FROM {desired} GROUP BY 1").fetchall():
@@ -272,7 +326,13 @@ def _publish_kind(con, db, kind: _Kind, now: datetime, per_being: dict[str, dict
         if changed.num_rows:
             batch = changed.select(kind.schema.names).cast(kind.schema)
             table = lance.upsert(db, kind.table, table, batch, kind.id_column)
-            lance.ensure_scalar_indexes(table, dict.fromkeys(("being_id", *kind.indexed), "BTREE"))
+            lance.ensure_scalar_indexes(
+                table,
+                {
+                    **dict.fromkeys(("being_id", *kind.indexed), "BTREE"),
+                    **dict.fromkeys(kind.full_text, "FTS"),
+                },
+            )
             result.upserted = changed.num_rows
         if table is not None and removed:
             result.deleted = lance.delete_keys(table, kind.id_column, removed)
@@ -321,36 +381,118 @@ def _reader(path: str):
     return lance.lancedb_module().connect(path, read_consistency_interval=timedelta(0))
 
 
-def neighbourhood(lance_path: Path, being_id: str, entity: str, depth: int = 1) -> dict:
+def _tables(lance_path: Path):
+    db = _reader(str(lance_path))
+    return lance.open_table(db, FACTS), lance.open_table(db, RELATIONS), lance.open_table(db, ALIASES)
+
+
+def _version(table) -> int | None:
+    return None if table is None else table.version
+
+
+_ENTITY_INDEXES: dict[tuple, EntityIndex] = {}
+
+
+def entity_index(lance_path: Path, being_id: str) -> EntityIndex:
+    """Every entity of the being with the names it goes by, as published (cached per table versions)."""
+    validate_being_id(being_id)
+    if not lance_path.is_dir():
+        return EntityIndex()
+    facts_table, relations_table, aliases_table = _tables(lance_path)
+    cache_key = (
+        str(lance_path),
+        being_id,
+        *(_version(t) for t in (facts_table, relations_table, aliases_table)),
+    )
+    index = _ENTITY_INDEXES.get(cache_key)
+    if index is not None:
+        return index
+    index = EntityIndex()
+    mine = lance.where(being_id=being_id)
+    if facts_table is not None:
+        for row in _select(facts_table, mine, ["entity", "entity_key"]):
+            index.add(row["entity_key"], row["entity"], 1)
+    if relations_table is not None:
+        for row in _select(relations_table, mine, ["subject", "subject_key", "object", "object_key"]):
+            index.add(row["subject_key"], row["subject"], 1)
+            index.add(row["object_key"], row["object"], 1)
+    if aliases_table is not None:
+        for row in _select(aliases_table, mine, ["alias", "entity", "entity_key"]):
+            index.add(row["entity_key"], row["entity"])
+            index.add(row["entity_key"], row["alias"])
+    if len(_ENTITY_INDEXES) > 64:
+        _ENTITY_INDEXES.clear()
+    _ENTITY_INDEXES[cache_key] = index
+    return index
+
+
+def _select(table, condition: str, columns: list[str]) -> list[dict]:
+    return table.search().where(condition).select(columns).limit(None).to_arrow().to_pylist()
+
+
+def resolve_entity(lance_path: Path, being_id: str, entity: str) -> tuple[str, str] | None:
+    """(entity key, how) for a loose name: `alias`, `name`, `normalised` or `words`; None if unknown."""
+    query_key = key_of(entity)
+    if not query_key or not lance_path.is_dir():
+        return None
+    facts_table, relations_table, aliases_table = _tables(lance_path)
+    if aliases_table is not None:
+        hit = _rows(aliases_table, lance.where(being_id=being_id, alias_key=query_key), limit=1)
+        if hit:
+            return hit[0]["entity_key"], "alias"
+    if _facts(facts_table, being_id, [query_key]) or _touching(relations_table, being_id, [query_key]):
+        return query_key, "name"
+    return entity_index(lance_path, being_id).resolve(entity)
+
+
+def search_facts(
+    lance_path: Path, being_id: str, query: str, k: int = 20, key: str | None = None
+) -> list[dict]:
+    """The being's published facts whose entity, key or value match the words of `query` (BM25)."""
+    from mindflow.recall.primitives import sanitize_fts_query
+
+    validate_being_id(being_id)
+    terms = sanitize_fts_query(query)
+    if not terms or not lance_path.is_dir():
+        return []
+    facts_table = _tables(lance_path)[0]
+    if facts_table is None:
+        return []
+    condition = lance.where(being_id=being_id)
+    if key is not None:
+        condition = lance.all_of(condition, lance.where(key=" ".join(key.split()).lower()))
+    rows = facts_table.search(terms, query_type="fts").where(condition, prefilter=True).limit(k).to_arrow()
+    return [{c: v for c, v in row.items() if c != "_score"} for row in rows.to_pylist()]
+
+
+def neighbourhood(
+    lance_path: Path, being_id: str, entity: str, depth: int = 1, key: str | None = None
+) -> dict:
     """Facts and relations around `entity` in one being's graph, up to `depth` hops (1 or 2).
 
     - depth 1: the entity's facts and the relations touching it;
     - depth 2: also the facts of its direct neighbours and the relations touching them.
 
-    `neighbours` are the other entities the returned relations reach, nearest
-    first (by hop, then by the strongest relation weight, then by name). Matching
-    is case-insensitive and follows aliases to the canonical entity. An unknown
-    entity, or a graph not published yet, gives empty lists.
+    `entity` is resolved as `resolve_entity` says (aliases, the name, its normalised form,
+    its words); `resolved_by` tells which. `key` keeps only the facts with that key (any
+    case), the exact entity + key lookup. `neighbours` are the other entities the returned
+    relations reach, nearest first: by hop, then by how often their facts were drawn from
+    the same episodes as the other end's (co-occurrence), then by the strongest relation
+    weight, then by name. An unknown entity, or a graph not published yet, gives empty lists.
     """
     validate_being_id(being_id)
     if depth not in DEPTHS:
         raise ValueError(f"depth must be 1 or 2, not {depth!r}")
     if not isinstance(entity, str):
         raise ValueError("entity must be a string")
-    query_key = key_of(entity)
     result = {"entity": " ".join(entity.split()), "facts": [], "relations": [], "neighbours": []}
-    if not query_key or not lance_path.is_dir():
+    result["resolved_by"] = None
+    resolved = resolve_entity(lance_path, being_id, entity)
+    if resolved is None:
         return result
-    db = _reader(str(lance_path))
-    facts_table = lance.open_table(db, FACTS)
-    relations_table = lance.open_table(db, RELATIONS)
-    aliases_table = lance.open_table(db, ALIASES)
-
-    centre = query_key
-    if aliases_table is not None:
-        hit = _rows(aliases_table, lance.where(being_id=being_id, alias_key=query_key), limit=1)
-        if hit:
-            centre = hit[0]["entity_key"]
+    centre, how = resolved
+    result["resolved_by"] = how
+    facts_table, relations_table, aliases_table = _tables(lance_path)
 
     # Breadth-first over relations: hop[k] is how far entity key k is from the centre.
     hop = {centre: 0}
@@ -371,15 +513,22 @@ def neighbourhood(lance_path: Path, being_id: str, entity: str, depth: int = 1) 
                     frontier.append(k)
     with_facts = sorted(k for k, h in hop.items() if h < depth)
     facts = _facts(facts_table, being_id, with_facts)
+    if key is not None:
+        wanted = " ".join(key.split()).lower()
+        facts = [f for f in facts if f["key"] == wanted]
     if not facts and not relations:
         return result
 
     strongest: dict[str, float] = {}
+    together: dict[str, float] = {}
     for row in relations.values():
         for k in (row["subject_key"], row["object_key"]):
             strongest[k] = max(strongest.get(k, float("-inf")), row["weight"] or 0.0)
+            together[k] = max(together.get(k, 0.0), row.get("co_occurrence") or 0.0)
     names = _names(aliases_table, being_id, hop, facts, relations.values())
-    neighbours = sorted((k for k in hop if k != centre), key=lambda k: (hop[k], -strongest[k], names[k]))
+    neighbours = sorted(
+        (k for k in hop if k != centre), key=lambda k: (hop[k], -together[k], -strongest[k], names[k])
+    )
 
     order = {k: i for i, k in enumerate([centre, *neighbours])}
     facts.sort(
@@ -407,6 +556,7 @@ def neighbourhood(lance_path: Path, being_id: str, entity: str, depth: int = 1) 
         "facts": facts,
         "relations": ordered_relations,
         "neighbours": [names[k] for k in neighbours],
+        "resolved_by": how,
     }
 
 

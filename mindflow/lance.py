@@ -253,14 +253,17 @@ def delete_keys(table, key: str, values: list[str]) -> int:
 
 
 def ensure_scalar_indexes(table, kinds: dict[str, str]) -> list[str]:
-    """Build the scalar indexes (`{column: "BITMAP" | "BTREE"}`) the table lacks; returns their columns."""
-    from lancedb.index import Bitmap, BTree
+    """Build the indexes (`{column: "BITMAP" | "BTREE" | "FTS"}`) the table lacks; returns their columns.
 
+    `optimize()` folds rows added later into them."""
+    from lancedb.index import FTS, Bitmap, BTree
+
+    configs = {"BITMAP": Bitmap, "BTREE": BTree, "FTS": FTS}
     have = {column for index in table.list_indices() for column in index.columns}
     built = []
     for column, kind in kinds.items():
         if column not in have:
-            table.create_index(column, config=Bitmap() if kind == "BITMAP" else BTree(), replace=True)
+            table.create_index(column, config=configs[kind](), replace=True)
             built.append(column)
     return built
 

@@ -390,6 +390,16 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "WHERE status = 'dead' AND died_reactivations IS NULL",
         ],
     ),
+    (
+        10,
+        "fact activation: last_accessed",
+        [
+            # When the fact was last returned by the read API or seen again by extraction:
+            # activation decays from it (mindflow.fact_activation).
+            "ALTER TABLE facts ADD COLUMN IF NOT EXISTS last_accessed TIMESTAMP",
+            "UPDATE facts SET last_accessed = created_at WHERE last_accessed IS NULL",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

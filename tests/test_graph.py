@@ -54,7 +54,7 @@ def seed(con) -> None:
     con.executemany(
         "INSERT INTO facts (fact_id, being_id, entity, key, value, category, confidence, activation,"
         " importance, source_episode_ids, valid_at, invalid_at, created_at)"
-        " VALUES (?, ?, ?, ?, ?, 'tech', 0.9, 0.83, ?, [?], ?, ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, 'tech', 0.9, 1.53, ?, [?], ?, ?, ?)",
         [
             [fid, being, entity, key, value, imp, f"ep-{fid}", VALID, NOW if gone else None, NOW]
             for fid, being, entity, key, value, imp, gone in FACTS
@@ -104,7 +104,8 @@ def test_depth_1_gives_the_entitys_facts_its_relations_and_its_neighbours(publis
         "language",
         "Python",
     )
-    assert lang["activation"] == pytest.approx(0.8)  # rounded, so daily decay drift rewrites nothing
+    assert lang["activation"] == pytest.approx(1.5)  # rounded, so daily decay drift rewrites nothing
+    assert lang["tier"] == "warm"
     assert lang["valid_at"] == VALID
     assert lang["source_episode_ids"] == ["ep-fa-lang"]
     depends = got["relations"][1]
@@ -132,7 +133,10 @@ def test_an_alias_and_any_case_find_the_canonical_entity(published, con, setting
     assert ids(by_alias["facts"], "fact_id") == ["fa-pkce"]
     assert ids(by_alias["relations"], "relation_id") == ["ra-depends", "ra-rfc"]
     assert by_alias["neighbours"] == ["ledgerline", "RFC 7636"]
-    assert graph.neighbourhood(published, "ada", "oauth pkce") == by_alias
+    assert by_alias["resolved_by"] == "alias"
+    by_name = graph.neighbourhood(published, "ada", "oauth pkce")
+    assert by_name["resolved_by"] == "name"
+    assert {**by_name, "resolved_by": "alias"} == by_alias
 
     upper = graph.neighbourhood(published, "ada", "LEDGERLINE")
     assert upper == graph.neighbourhood(published, "ada", "ledgerline")
@@ -141,6 +145,7 @@ def test_an_alias_and_any_case_find_the_canonical_entity(published, con, setting
     con.execute("INSERT INTO aliases VALUES ('ada', 'PKCE', 'OAuth2 PKCE flow', ?)", [NOW])
     graph.publish_graph(con, lance.connect(settings.lance_path), now=NOW)
     assert graph.neighbourhood(published, "ada", "pkce") == by_alias
+    assert graph.neighbourhood(published, "ada", "pkce")["resolved_by"] == "alias"
 
 
 def test_a_being_never_sees_another_beings_graph(published):
@@ -158,10 +163,13 @@ def test_a_being_never_sees_another_beings_graph(published):
     for hostile in ("ada' OR '1'='1", "ada' OR being_id = 'bram", "ADA", ""):
         with pytest.raises(MindflowError, match="invalid being id"):
             graph.neighbourhood(published, hostile, "ledgerline")
-    # A hostile entity is a quoted literal: it matches nothing.
-    for hostile in ("ledgerline' OR '1'='1", "x' OR being_id = 'bram"):
-        got = graph.neighbourhood(published, "ada", hostile, depth=2)
-        assert (got["facts"], got["relations"], got["neighbours"]) == ([], [], [])
+    # A hostile entity is a quoted literal: it matches nothing as a key, and its words find
+    # at most one of ada's own entities.
+    got = graph.neighbourhood(published, "ada", "x' OR being_id = 'bram", depth=2)
+    assert (got["facts"], got["relations"], got["neighbours"]) == ([], [], [])
+    got = graph.neighbourhood(published, "ada", "ledgerline' OR '1'='1", depth=2)
+    assert got["resolved_by"] == "words"
+    assert {f["being_id"] for f in got["facts"]} == {"ada"}
 
 
 def test_unknown_entity_and_unpublished_graph_give_empty_lists(published, tmp_path):
@@ -170,6 +178,7 @@ def test_unknown_entity_and_unpublished_graph_give_empty_lists(published, tmp_pa
         "facts": [],
         "relations": [],
         "neighbours": [],
+        "resolved_by": None,
     }
     assert graph.neighbourhood(published, "carol", "ledgerline")["facts"] == []
     for lance_path in (tmp_path / "never-created", tmp_path):

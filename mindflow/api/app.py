@@ -27,7 +27,7 @@ from mindflow.api.memories import memories_router
 from mindflow.api.service import RecallService
 from mindflow.config import Settings, load_settings
 from mindflow.errors import Conflict, MindflowError, NotFound
-from mindflow.graph import neighbourhood
+from mindflow.graph import neighbourhood, search_facts
 from mindflow.recall import RecallConfig
 
 log = logging.getLogger(__name__)
@@ -125,8 +125,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
 
 
 def create_app(
@@ -246,23 +244,57 @@ def create_app(
     @v1.get("/facts", response_model=models.FactsResponse, tags=["graph"])
     def facts(
         being_id: Being,
-        entity: Annotated[str, Query(min_length=1, max_length=200, pattern=r"^[^\x00]+$")],
+        background: BackgroundTasks,
+        entity: Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00]+$")] = None,
         depth: Annotated[int, Query(ge=1, le=2)] = 1,
+        key: Annotated[
+            str | None,
+            Query(
+                min_length=1, max_length=200, pattern=r"^[^\x00]+$", description="Only facts with this key."
+            ),
+        ] = None,
+        q: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=1_000,
+                pattern=r"^[^\x00]+$",
+                description="Words searched in every fact's entity, key and value (full text).",
+            ),
+        ] = None,
+        k: Annotated[int, Query(ge=1, le=200, description="Most facts a `q` search returns.")] = 20,
     ) -> models.FactsResponse:
-        """Facts and relations around an entity, up to two hops; empty until facts exist."""
+        """Facts and relations around an entity (up to two hops), or the facts matching `q`.
 
-        found = neighbourhood(settings.lance_path, being_id, entity, depth)
+        The entity may be loosely named: an alias, another case or spelling (`zoe` for `Zoë`),
+        or some of its words (`Smith` for `Robert Smith`); `resolved_by` says how it was found.
+        Each fact returned counts as an access (its activation rises at the next decay run).
+        """
+        if entity is None and q is None:
+            raise MindflowError("give an entity, q (words to search facts for), or both")
         marks = service.marks.state(being_id)
 
         def kept(rows: list, key: str) -> list:
             return [r for r in rows if not marks.hides(r[key], list(r.get("source_episode_ids") or []))]
 
+        if entity is not None:
+            found = neighbourhood(settings.lance_path, being_id, entity, depth, key=key)
+        else:
+            found = {"entity": "", "facts": [], "relations": [], "neighbours": [], "resolved_by": None}
+        if q is not None:
+            matched = search_facts(settings.lance_path, being_id, q, k=k, key=key)
+            if entity is not None:
+                allowed = {f["fact_id"] for f in found["facts"]}
+                matched = [f for f in matched if f["fact_id"] in allowed]
+            found["facts"] = matched
         found["facts"] = kept(found.get("facts", []), "fact_id")
         found["relations"] = kept(found.get("relations", []), "relation_id")
+        service.record_fact_access(being_id, [f["fact_id"] for f in found["facts"]], background.add_task)
         return models.FactsResponse(
             being_id=being_id,
-            entity=found.get("entity") or entity,
+            entity=found.get("entity") or entity or "",
             depth=depth,
+            resolved_by=found.get("resolved_by"),
             facts=[_row(f) for f in found.get("facts", [])],
             relations=[_row(r) for r in found.get("relations", [])],
             neighbours=[str(n) for n in found.get("neighbours", [])],

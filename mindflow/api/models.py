@@ -175,11 +175,30 @@ class ResonanceRequest(_Horizon):
     )
 
 
+class FactOut(BaseModel):
+    """A fact of an entity the query names, as resonance offers it (phase 2)."""
+
+    fact_id: str
+    entity: str
+    key: str
+    value: str
+    tier: Literal["hot", "warm", "cool"] = Field(description="Hot above activation 2, Cool below 1.")
+    activation: float
+    importance: float
+    valid_at: UtcOut | None = Field(default=None, description="Since when it holds (UTC).")
+    source_episode_ids: list[str] = []
+
+
 class ResonanceItem(BaseModel):
+    kind: Literal["memory", "fact"] = Field(
+        default="memory", description="A recalled memory, or a fact of an entity the query names."
+    )
     label: str = Field(description="`a few days ago — Jan 9`")
     relative: str = Field(description="`a few days ago`")
     date: str = Field(description="`Jan 9` (with the year when it is not the year of `now`)")
-    memory: MemoryOut
+    line: str = Field(default="", description="The item's line in `text`, before any rewriting by a model.")
+    memory: MemoryOut | None = Field(default=None, description="With kind `memory`.")
+    fact: FactOut | None = Field(default=None, description="With kind `fact`.")
 
 
 class ResonanceResponse(BaseModel):
@@ -209,8 +228,15 @@ class ClusterResponse(BaseModel):
 
 class FactsResponse(BaseModel):
     being_id: str
-    entity: str = Field(description="The entity as the graph names it (aliases resolved).")
+    entity: str = Field(
+        description="The entity as the graph names it (aliases resolved); empty for `q` alone."
+    )
     depth: int
+    resolved_by: Literal["alias", "name", "normalised", "words"] | None = Field(
+        default=None,
+        description="How the entity was found: through an alias, by its name, its normalised form "
+        "(accents, punctuation) or its words; null when it was not found or not asked for.",
+    )
     facts: list[dict[str, Any]]
     relations: list[dict[str, Any]]
     neighbours: list[str] = Field(default=[], description="Entities the relations reach, nearest first.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from mindflow.recall import Memory
@@ -9,6 +10,8 @@ from mindflow.recall import Memory
 HEADER = "[SUBCONSCIOUS RESONANCE]"
 FENCE = "---"
 FACT_KINDS = ("fact", "preference")
+FACT_SLOTS = 2  # facts offered beside the Hot ones (which are all offered)
+MENTIONED_ENTITIES = 3  # entities of the query whose facts resonate
 
 # The seed's relative-time table (MindBot, phase 4): elapsed time since the memory, not
 # calendar days. (label, below this many minutes); a month is 30 days, a year 365.
@@ -65,6 +68,45 @@ def label(ts: datetime | None, now: datetime) -> tuple[str, str, str]:
     return f"{relative} — {day}", relative, day
 
 
+TIER_ORDER = {"hot": 0, "warm": 1, "cool": 2}
+
+
+@dataclass(frozen=True)
+class GraphFact:
+    """A fact of an entity the query names (phase 2), as resonance shows it."""
+
+    fact_id: str
+    entity: str
+    key: str
+    value: str
+    tier: str  # hot | warm | cool
+    activation: float
+    importance: float
+    ts: datetime | None  # valid_at: since when it holds
+    source_episode_ids: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        return f"{self.entity} {self.key}: {self.value}"
+
+    @classmethod
+    def from_row(cls, row: dict) -> GraphFact:
+        return cls(
+            fact_id=row["fact_id"], entity=row["entity"], key=row["key"], value=row["value"],
+            tier=row.get("tier") or "warm", activation=float(row.get("activation") or 0.0),
+            importance=float(row.get("importance") or 0.0), ts=row.get("valid_at"),
+            source_episode_ids=tuple(row.get("source_episode_ids") or ()),
+        )  # fmt: skip
+
+
+def rank_facts(facts: list[GraphFact]) -> list[GraphFact]:
+    """Hot first, then by activation and importance; the order of the entities breaks ties."""
+    order = {f.fact_id: i for i, f in enumerate(facts)}
+    return sorted(
+        facts, key=lambda f: (TIER_ORDER.get(f.tier, 3), -f.activation, -f.importance, order[f.fact_id])
+    )
+
+
 def _group(memory: Memory) -> int:
     if memory.pinned or memory.trigger == "remember":
         return 0  # pinned, or boosted by an explicit "remember"
@@ -73,17 +115,29 @@ def _group(memory: Memory) -> int:
     return 2
 
 
-def arrange(candidates: list[Memory], k: int) -> list[Memory]:
-    """Up to k memories: pinned/boosted first, then facts, then the rest spread over time.
+def arrange(
+    candidates: list[Memory], k: int, facts: list[GraphFact] | None = None
+) -> list[Memory | GraphFact]:
+    """Up to k items in the seed's order: pinned/boosted memories, then facts, then the rest
+    spread over time.
 
-    Candidates come in relevance order, which each group keeps. The rest prefers
-    memories from days not shown yet, so five memories of one afternoon do not
-    crowd out the rest of a life, and is shown newest first.
+    The facts are those of the entities the query names (Hot first: every Hot one is offered,
+    then the best of the others, leaving a place for a memory when there is one), followed by
+    memories that are facts or preferences. Candidates come in relevance order, which each
+    group keeps. The rest prefers memories from days not shown yet, so five memories of one
+    afternoon do not crowd out the rest of a life, and is shown newest first.
     """
-    chosen = [m for m in candidates if _group(m) == 0] + [m for m in candidates if _group(m) == 1]
+    boosted = [m for m in candidates if _group(m) == 0][:k]
+    room = k - len(boosted) - (1 if len(candidates) > len(boosted) else 0)
+    ranked = rank_facts(facts or [])
+    hot = [f for f in ranked if f.tier == "hot"]
+    graph_facts = (hot + [f for f in ranked if f.tier != "hot"][: max(0, FACT_SLOTS - len(hot))])[
+        : max(room, 0)
+    ]
+    chosen: list[Memory | GraphFact] = [*boosted, *graph_facts, *(m for m in candidates if _group(m) == 1)]
     chosen = chosen[:k]
     rest = [m for m in candidates if _group(m) == 2]
-    days = {m.ts.date() for m in chosen if m.ts is not None}
+    days = {m.ts.date() for m in chosen if isinstance(m, Memory) and m.ts is not None}
     spread: list[Memory] = []
     for memory in rest:
         if len(chosen) + len(spread) >= k:
@@ -102,14 +156,19 @@ def arrange(candidates: list[Memory], k: int) -> list[Memory]:
     return chosen + spread
 
 
-def render(lines: list[tuple[str, Memory]]) -> str:
+def line(full_label: str, item: Memory | GraphFact) -> str:
+    """`- A few days ago — Jan 9, text`, with the feeling of a memory that has one."""
+    feeling = f" (felt: {item.feeling})" if isinstance(item, Memory) and item.feeling else ""
+    return f"- {full_label[:1].upper()}{full_label[1:]}, {item.text}{feeling}"
+
+
+def render(lines: list[tuple[str, Memory | GraphFact]]) -> str:
     """The seed's block an agent puts in its prompt (`---`, the header, `- ...` lines, `---`);
     empty when nothing resonates."""
     if not lines:
         return ""
     out = [FENCE, HEADER]
-    for full_label, memory in lines:
-        feeling = f" (felt: {memory.feeling})" if memory.feeling else ""
-        out.append(f"- {full_label[:1].upper()}{full_label[1:]}, {memory.text}{feeling}")
+    for full_label, item in lines:
+        out.append(line(full_label, item))
     out.append(FENCE)
     return "\n".join(out)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from mindflow import events, lance
+from mindflow import events, fact_activation, graph, lance
 from mindflow.api import models, resonance
 from mindflow.config import Settings
 from mindflow.embeddings import Embedder
@@ -96,6 +96,18 @@ class EchoFilter:
             recent.append(tuple(refs))
             while len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
+
+
+def _item_ref(item) -> str:
+    return item.fact_id if isinstance(item, resonance.GraphFact) else item.memory_ref
+
+
+def fact_out(fact: resonance.GraphFact) -> models.FactOut:
+    return models.FactOut(
+        fact_id=fact.fact_id, entity=fact.entity, key=fact.key, value=fact.value, tier=fact.tier,
+        activation=fact.activation, importance=fact.importance, valid_at=fact.ts,
+        source_episode_ids=list(fact.source_episode_ids),
+    )  # fmt: skip
 
 
 def memory_out(memory: Memory) -> models.MemoryOut:
@@ -182,6 +194,16 @@ class RecallService:
         else:
             defer(self.write_event, event)
 
+    def record_fact_access(self, being_id: str, fact_ids: list[str], defer: Defer | None) -> None:
+        """Facts an answer returned count as accessed: the decay job folds the event into activation."""
+        if not fact_ids:
+            return
+        event = fact_activation.access_event(being_id, fact_ids)
+        if defer is None:
+            self.write_event(event)
+        else:
+            defer(self.write_event, event)
+
     def write_event(self, event: events.RecallEvent) -> None:
         try:
             events.append_events(self.settings.events, [event])
@@ -232,9 +254,7 @@ class RecallService:
         """The being's fresh memories no tombstone hides, checked against the version the request reads."""
         marks = self.marks.state(being_id)
         return [
-            f
-            for f in self.tail.memories(being_id, table, version)
-            if not marks.hides(f.ref, f.episode_ids)
+            f for f in self.tail.memories(being_id, table, version) if not marks.hides(f.ref, f.episode_ids)
         ]
 
     def fresh_memories(self, being_id: str) -> list[Memory]:
@@ -296,17 +316,55 @@ class RecallService:
         until = now if request.until is None else min(now, request.until)
         scoped = request.model_copy(update={"until": until})
         candidates = self._recall(being_id, scoped, min(models.MAX_K, 3 * request.k), now)
-        chosen = resonance.arrange(candidates, request.k)
-        self.echo.record(being_id, request.session, [m.memory_ref for m in chosen])
-        self._reinforce(being_id, "resonance", chosen, defer)
+        facts = self.named_facts(being_id, request.query, request.session, until)
+        chosen = resonance.arrange(candidates, request.k, facts)
+        memories = [m for m in chosen if not isinstance(m, resonance.GraphFact)]
+        shown_facts = [f for f in chosen if isinstance(f, resonance.GraphFact)]
+        self.echo.record(being_id, request.session, [_item_ref(i) for i in chosen])
+        self._reinforce(being_id, "resonance", memories, defer)
+        self.record_fact_access(being_id, [f.fact_id for f in shown_facts], defer)
         items, lines = [], []
-        for memory in chosen:
-            full, relative, day = resonance.label(memory.ts, now)
-            items.append(
-                models.ResonanceItem(label=full, relative=relative, date=day, memory=memory_out(memory))
-            )
-            lines.append((full, memory))
+        for item in chosen:
+            full, relative, day = resonance.label(item.ts, now)
+            text = resonance.line(full, item)
+            if isinstance(item, resonance.GraphFact):
+                items.append(
+                    models.ResonanceItem(
+                        kind="fact", label=full, relative=relative, date=day, line=text, fact=fact_out(item)
+                    )
+                )
+            else:
+                items.append(
+                    models.ResonanceItem(
+                        label=full, relative=relative, date=day, line=text, memory=memory_out(item)
+                    )
+                )
+            lines.append((full, item))
         return models.ResonanceResponse(being_id=being_id, now=now, text=resonance.render(lines), items=items)
+
+    def named_facts(
+        self, being_id: str, query: str, session: str | None, until: datetime | None
+    ) -> list[resonance.GraphFact]:
+        """Phase 2, the graph side: the facts (depth 2) of the entities the query names, matched
+        against the being's entities and aliases with no model; none forgotten or shown in the session."""
+        path = self.settings.lance_path
+        named = graph.entity_index(path, being_id).mentions(query, resonance.MENTIONED_ENTITIES)
+        if not named:
+            return []
+        marks = self.marks.state(being_id)
+        shown = set(self.echo.shown(being_id, session))
+        found: dict[str, resonance.GraphFact] = {}
+        for key in named:
+            for row in graph.neighbourhood(path, being_id, key, depth=2)["facts"]:
+                fact = resonance.GraphFact.from_row(row)
+                if (
+                    fact.fact_id in shown
+                    or marks.hides(fact.fact_id, list(fact.source_episode_ids))
+                    or (until is not None and fact.ts is not None and fact.ts > until)
+                ):
+                    continue
+                found.setdefault(fact.fact_id, fact)
+        return list(found.values())
 
     def search(
         self, being_id: str, request: models.SearchRequest, defer: Defer | None = None

@@ -48,6 +48,8 @@ class Fact(BaseModel):
     value: Text
     category: Text = "other"
     confidence: Unit = 0.8
+    # How much the fact matters to the being (Gandalf's i); None: that of its scenes.
+    importance: Unit | None = None
     episode_ids: list[Text] = Field(default_factory=list)
 
 
@@ -83,7 +85,8 @@ Return:
   six numbers in 0..1: valence, arousal, dominance, surprise, novelty, tension (VADSNT).
 - entities: the people, projects, tools and places mentioned, each with a canonical name and
   the other names used for it (aliases). Reuse a known entity name when it is the same thing.
-- facts: durable facts as (entity, key, value, category, confidence, episode_ids). A key
+- facts: durable facts as (entity, key, value, category, confidence, importance 0..1,
+  episode_ids). A key
   names one attribute with one current value (e.g. database, city, role); when a fact
   changes, give the new value under the same key. Categories: {", ".join(CATEGORIES)}.
 - relations: (subject, predicate, object, episode_ids) with predicate one of
