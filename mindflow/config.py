@@ -193,6 +193,17 @@ class Settings(BaseSettings):
     llm_narrative: str | None = Field(default=None, description="Model for STORY.md / MEMORY.md.")
     llm_patrol: str | None = Field(default=None, description="Model for the patrol's ❹ ❻ roots, diary.")
     llm_extraction: str | None = Field(default=None, description="Model for scene and fact extraction.")
+    llm_resonance: str | None = Field(
+        default=None,
+        description="Model for resonance's phase 1 (entities, queries) and phase 5 (the fragments "
+        "rewritten); the read API calls it on every resonance request.",
+    )
+    resonance_budget_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="Seconds resonance may spend on its model calls; past them, or on any failure, the "
+        "mechanical block is served.",
+    )
     llm_timeout_s: float = Field(default=120.0, description="Per-request timeout.")
     llm_max_retries: int = Field(default=2, description="Retries per model on 429, 5xx and timeouts.")
     llm_retry_backoff_s: float = Field(default=1.0, description="First retry wait; doubles each retry.")

@@ -11,6 +11,7 @@ and the decay job through Dagster:
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta
 
 import httpx
@@ -121,6 +122,18 @@ def api(world):
         yield server, client
 
 
+def access_events(settings, expected: int) -> list[dict]:
+    """The fact_access events appended so far, once `expected` are there (the API writes them after
+    sending its answer)."""
+    deadline = time.monotonic() + 10
+    while True:
+        files = sorted(settings.events.glob("*/*.jsonl"))
+        found = [e for p in files for x in p.read_text().splitlines() if (e := json.loads(x))["tool"] == TOOL]
+        if len(found) >= expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
 def get_facts(client, **params) -> dict:
     response = client.get("/v1/beings/ada/facts", params=params)
     assert response.status_code == 200, response.text
@@ -164,10 +177,7 @@ def test_accesses_through_the_api_raise_activation_and_the_decay_job_folds_them_
         got = get_facts(client, entity="Bob")  # the alias
         assert got["entity"] == "Robert Smith" and got["resolved_by"] == "alias"
         assert {f["key"] for f in got["facts"]} == {"city", "employer"}
-    lines = [
-        json.loads(line) for p in settings.events.glob("*/*.jsonl") for line in p.read_text().splitlines()
-    ]
-    accesses = [e for e in lines if e["tool"] == TOOL]
+    accesses = access_events(settings, 3)
     assert len(accesses) == 3 and all(len(e["memory_refs"]) == 2 for e in accesses)
 
     with store.connect(settings.duckdb_path) as con:
@@ -303,5 +313,5 @@ def test_resonance_offers_the_facts_of_the_entities_a_query_names(api, world, em
     assert {i["kind"] for i in plain.json()["items"]} <= {"memory"}
 
     # The facts resonance offered count as accesses.
-    lines = [json.loads(x) for p in world.events.glob("*/*.jsonl") for x in p.read_text().splitlines()]
-    assert any(e["tool"] == TOOL and facts[0]["fact_id"] in e["memory_refs"] for e in lines[-3:])
+    offered = access_events(world, 4)[-1]
+    assert {f["fact_id"] for f in facts} == set(offered["memory_refs"])

@@ -173,6 +173,12 @@ class ResonanceRequest(_Horizon):
     now: UtcDatetime | None = Field(
         default=None, description="The moment relative times are computed against (default: now)."
     )
+    recent: list[Annotated[str, Field(max_length=4_000)]] = Field(
+        default=[],
+        max_length=20,
+        description="The last few messages of the conversation, oldest first: context for a resonance "
+        "model's queries (phase 1); unused without one.",
+    )
 
 
 class FactOut(BaseModel):
@@ -206,6 +212,17 @@ class ResonanceResponse(BaseModel):
     now: UtcOut
     text: str = Field(description="The [SUBCONSCIOUS RESONANCE] block; empty when nothing resonates.")
     items: list[ResonanceItem]
+    queries: list[str] = Field(
+        default=[], description="What memories were searched for: the query, and a model's queries."
+    )
+    rewritten: bool = Field(
+        default=False, description="The block's lines were rewritten by the resonance model (phase 5)."
+    )
+    fallback: str | None = Field(
+        default=None,
+        description="Why a configured resonance model was not (fully) used: the mechanical result "
+        "was served.",
+    )
 
 
 class SearchRequest(_Request):

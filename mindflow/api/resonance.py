@@ -156,6 +156,23 @@ def arrange(
     return chosen + spread
 
 
+RRF_K = 60  # reciprocal rank fusion's constant: a list's first places matter, none dominates
+
+
+def fuse(ranked_lists: list[list[Memory]]) -> list[Memory]:
+    """One relevance order from the results of several queries (reciprocal rank fusion)."""
+    if len(ranked_lists) == 1:
+        return ranked_lists[0]
+    score: dict[str, float] = {}
+    first: dict[str, Memory] = {}
+    for found in ranked_lists:
+        for rank, memory in enumerate(found):
+            score[memory.memory_ref] = score.get(memory.memory_ref, 0.0) + 1.0 / (RRF_K + rank + 1)
+            first.setdefault(memory.memory_ref, memory)
+    order = sorted(score, key=lambda ref: -score[ref])
+    return [first[ref] for ref in order]
+
+
 def line(full_label: str, item: Memory | GraphFact) -> str:
     """`- A few days ago — Jan 9, text`, with the feeling of a memory that has one."""
     feeling = f" (felt: {item.feeling})" if isinstance(item, Memory) and item.feeling else ""
@@ -167,8 +184,12 @@ def render(lines: list[tuple[str, Memory | GraphFact]]) -> str:
     empty when nothing resonates."""
     if not lines:
         return ""
-    out = [FENCE, HEADER]
-    for full_label, item in lines:
-        out.append(line(full_label, item))
-    out.append(FENCE)
-    return "\n".join(out)
+    return render_lines([line(full_label, item) for full_label, item in lines])
+
+
+def render_lines(lines: list[str]) -> str:
+    """The block around ready lines (a model's rewriting: each gets its `- `)."""
+    if not lines:
+        return ""
+    body = [f"- {' '.join(text.removeprefix('- ').split())}" for text in lines]
+    return "\n".join([FENCE, HEADER, *body, FENCE])

@@ -16,6 +16,7 @@ import numpy as np
 
 from mindflow import events, fact_activation, graph, lance
 from mindflow.api import models, resonance
+from mindflow.api.subconscious import Fallback, Subconscious
 from mindflow.config import Settings
 from mindflow.embeddings import Embedder
 from mindflow.errors import MindflowError
@@ -160,6 +161,8 @@ class RecallService:
         self.marks = MarkCache(settings.loop)
         # Accepted episodes not yet published, recalled beside the published memories.
         self.tail = fresh_tail.FreshTail(settings, self.embedder)
+        # The resonance model, when one is configured (phases 1 and 5).
+        self.subconscious = Subconscious(settings)
         self._counts: dict[tuple[str, int | None], int] = {}
         self._served = threading.local()
         self.model_ready = False
@@ -315,8 +318,22 @@ class RecallService:
         # Seen from `now`, later memories have not happened yet.
         until = now if request.until is None else min(now, request.until)
         scoped = request.model_copy(update={"until": until})
-        candidates = self._recall(being_id, scoped, min(models.MAX_K, 3 * request.k), now)
-        facts = self.named_facts(being_id, request.query, request.session, until)
+        self.check_query(request.query)
+        deadline = self.subconscious.deadline()
+        queries, names, fallback = [request.query], [], None
+        if self.subconscious.configured:
+            # Phase 1: the model's clean queries are searched beside the message itself.
+            try:
+                seeds = self.subconscious.seeds(request.query, list(request.recent), deadline)
+                limit = self.settings.api_max_query_chars
+                queries += [q for q in seeds.queries if q != request.query and len(q) <= limit]
+                names = list(seeds.entities)
+            except Fallback as exc:
+                fallback = str(exc)
+        depth = min(models.MAX_K, 3 * request.k)
+        found = [self._recall(being_id, scoped.model_copy(update={"query": q}), depth, now) for q in queries]
+        candidates = resonance.fuse(found)
+        facts = self.named_facts(being_id, request.query, request.session, until, names)
         chosen = resonance.arrange(candidates, request.k, facts)
         memories = [m for m in chosen if not isinstance(m, resonance.GraphFact)]
         shown_facts = [f for f in chosen if isinstance(f, resonance.GraphFact)]
@@ -340,15 +357,43 @@ class RecallService:
                     )
                 )
             lines.append((full, item))
-        return models.ResonanceResponse(being_id=being_id, now=now, text=resonance.render(lines), items=items)
+        text, rewritten = resonance.render(lines), False
+        if self.subconscious.configured and lines and fallback is None:
+            # Phase 5: the raw lines in the user's language and the being's voice.
+            try:
+                fragments = [item.line.removeprefix("- ") for item in items]
+                text = resonance.render_lines(
+                    self.subconscious.rewrite(being_id, request.query, fragments, deadline)
+                )
+                rewritten = True
+            except Fallback as exc:
+                fallback = str(exc)
+        if fallback is not None:
+            log.info("resonance for %s served mechanically: %s", being_id, fallback)
+        return models.ResonanceResponse(
+            being_id=being_id, now=now, text=text, items=items, queries=queries, rewritten=rewritten,
+            fallback=fallback,
+        )  # fmt: skip
 
     def named_facts(
-        self, being_id: str, query: str, session: str | None, until: datetime | None
+        self,
+        being_id: str,
+        query: str,
+        session: str | None,
+        until: datetime | None,
+        names: list[str] | None = None,
     ) -> list[resonance.GraphFact]:
         """Phase 2, the graph side: the facts (depth 2) of the entities the query names, matched
-        against the being's entities and aliases with no model; none forgotten or shown in the session."""
+        against the being's entities and aliases with no model, and of the entities a model named
+        (`names`, resolved like `GET facts` does); none forgotten or shown in the session."""
         path = self.settings.lance_path
-        named = graph.entity_index(path, being_id).mentions(query, resonance.MENTIONED_ENTITIES)
+        index = graph.entity_index(path, being_id)
+        named = index.mentions(query, resonance.MENTIONED_ENTITIES)
+        for name in names or []:
+            hit = index.resolve(name)
+            if hit is not None and hit[0] not in named:
+                named.append(hit[0])
+        named = named[: resonance.MENTIONED_ENTITIES]
         if not named:
             return []
         marks = self.marks.state(being_id)

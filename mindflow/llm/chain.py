@@ -32,7 +32,7 @@ from mindflow.prompts import Prompt
 
 log = logging.getLogger("mindflow.llm")
 
-PURPOSES = ("narrative", "patrol", "extraction")
+PURPOSES = ("narrative", "patrol", "extraction", "resonance")
 
 
 class LLMError(MindflowError):
