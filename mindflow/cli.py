@@ -489,6 +489,7 @@ def memories_show(
 
     from mindflow import records
     from mindflow.api.models import MemoryRecord
+    from mindflow.scenes import scene_to_text
 
     try:
         _, table, _, state = _memory_reader(being)
@@ -501,8 +502,10 @@ def memories_show(
     scene = found.scene
     score = "-" if found.decay_score is None else f"{found.decay_score:.1f}"
     when = "; ".join((w["date"] or "?") + (f" {w['action']}" if w.get("action") else "") for w in scene.when)
+    shown = scene_to_text(scene.when, scene.setting, scene.action, scene.dialogue, found.feeling)
     lines = [
         f"{found.memory_ref}  [{found.status}{', pinned' if found.pinned else ''}]  {found.being_id}",
+        f"  scene:     {shown or '-'}",
         f"  text:      {found.text}",
         f"  feeling:   {found.feeling or '-'}",
         f"  kind:      {found.kind}   importance {found.importance:.2f}   trigger {found.trigger or '-'}",
@@ -511,8 +514,8 @@ def memories_show(
         f"  actors:    {', '.join(scene.actors) or '-'}",
         f"  when:      {when or '-'}",
         f"  setting:   {scene.setting or '-'}",
-        f"  dialogue:  {scene.dialogue or '-'}",
-        f"  sensory:   {scene.sensory or '-'}",
+        f"  dialogue:  {' / '.join(scene.dialogue) or '-'}",
+        f"  sensory:   {' / '.join(scene.sensory) or '-'}",
         f"  sources:   {', '.join(found.source_episode_ids) or '-'}",
         f"  happened:  {_when(found.ts)}   formed: {_when(found.created_at)}   "
         f"last recalled: {_when(found.last_activated)} ({found.reactivation_count} reactivations)",

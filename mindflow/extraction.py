@@ -23,6 +23,7 @@ import pyarrow as pa
 from mindflow import fact_activation, graph, store
 from mindflow.llm import LLM, LLMError, LLMSkipped
 from mindflow.prompts import extraction as prompt
+from mindflow.scenes import EMOTION_ARROW, emotion_dict
 
 log = logging.getLogger("mindflow.extraction")
 PARSE_FAILED = "[PARSE_FAILED]"
@@ -251,13 +252,13 @@ def _apply(
                               for _, s in scenes.values()],
                              pa.list_(pa.struct([("date", pa.string()), ("action", pa.string())]))),
             "setting": pa.array([s.setting for _, s in scenes.values()], pa.string()),
-            "dialogue": pa.array([s.dialogue for _, s in scenes.values()], pa.string()),
-            "sensory": pa.array([s.sensory for _, s in scenes.values()], pa.string()),
+            "dialogue": pa.array([s.dialogue or None for _, s in scenes.values()], pa.list_(pa.string())),
+            "sensory": pa.array([s.sensory or None for _, s in scenes.values()], pa.list_(pa.string())),
             "feeling": pa.array([s.feeling for _, s in scenes.values()], pa.string()),
             "importance": [float(s.importance) for _, s in scenes.values()],
             "themes": pa.array([[t for t in s.themes if t.strip()] for _, s in scenes.values()],
                                pa.list_(pa.string())),
-            "emotion": pa.array([s.emotion for _, s in scenes.values()], pa.list_(pa.float64())),
+            "emotion": pa.array([emotion_dict(s.emotion) for _, s in scenes.values()], EMOTION_ARROW),
         }
     )  # fmt: skip
     con.execute("BEGIN TRANSACTION")

@@ -115,7 +115,10 @@ def open_current(con: duckdb.DuckDBPyConnection, db):
     """The `memories` table, or None; a table with an earlier version's columns is dropped and
     `published_memories` cleared, so the publish that follows writes every memory again."""
     table = lance.open_table(db, TABLE)
-    if table is None or tuple(table.schema.names) == COLUMNS:
+    # Before migration 9, dialogue and sensory were one string each.
+    if table is None or (
+        tuple(table.schema.names) == COLUMNS and pa.types.is_list(table.schema.field("dialogue").type)
+    ):
         return table, False
     db.drop_table(TABLE)
     con.execute("DELETE FROM published_memories")
@@ -178,7 +181,8 @@ def _to_lance(changed: pa.Table) -> pa.Table:
     strings, stamp = pa.list_(pa.string()), pa.timestamp("us")
     types = {
         "themes": strings, "source_episode_ids": strings, "when_dates": strings, "when_actions": strings,
-        "actors": strings, "importance": pa.float32(), "decay_score": pa.float32(), "ts": stamp,
+        "actors": strings, "dialogue": strings, "sensory": strings, "importance": pa.float32(),
+        "decay_score": pa.float32(), "ts": stamp,
         "created_at": stamp, "last_activated": stamp, "pinned": pa.bool_(), "reactivation_count": pa.int32(),
     }  # fmt: skip
     columns = {name: changed.column(name).cast(types.get(name, pa.string())) for name in COLUMNS[:-1]}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -20,6 +20,7 @@ import pyarrow as pa
 from mindflow import events, store
 from mindflow.embeddings import Embedder
 from mindflow.models import utcnow
+from mindflow.scenes import EMOTION_ARROW, STRINGS, scene_to_text
 from mindflow.vectors import to_column, to_matrix
 
 BYOK_SKIP_MESSAGE = "[graph] BYOK key not set: skipping ❹❻ diary/think_md (mechanical processing only)"
@@ -195,7 +196,10 @@ def step_nodes(
     if llm is not None:
         at_root = [i for i, reason in enumerate(reasons) if reason == "root"]
         chosen = classify_roots(
-            con, being_id, ["n-" + scenes[i][0][2:] for i in at_root], [texts[i] for i in at_root], llm,
+            con, being_id, ["n-" + scenes[i][0][2:] for i in at_root],
+            [_short(scene_to_text(scenes[i][4], scenes[i][5], scenes[i][2], scenes[i][6], scenes[i][8]))
+             for i in at_root],
+            llm,
             errors=errors,
         )  # fmt: skip
         for i in at_root:
@@ -211,10 +215,10 @@ def step_nodes(
             "actors": [row[3] for row in scenes],
             "when_dates": [[w["date"] for w in (row[4] or [])] for row in scenes],
             "when_actions": [[w.get("action") for w in (row[4] or [])] for row in scenes],
-            "emotion": pa.array([row[11] for row in scenes], type=pa.list_(pa.float64())),
-            "setting": [row[5] for row in scenes],
-            "dialogue": [row[6] for row in scenes],
-            "sensory": [row[7] for row in scenes],
+            "emotion": pa.array([row[11] for row in scenes], type=EMOTION_ARROW),
+            "setting": pa.array([row[5] for row in scenes], type=pa.string()),
+            "dialogue": pa.array([row[6] for row in scenes], type=STRINGS),
+            "sensory": pa.array([row[7] for row in scenes], type=STRINGS),
             "feeling": [row[8] for row in scenes],
             "importance": [float(row[9]) for row in scenes],
             "cluster_id": cluster_ids,
@@ -670,8 +674,7 @@ def run(
     if small_clusters:
         report.small_clusters = step_merge_small_clusters(con, being_id, params, now)
     if journal and llm is not None and settings is not None:
-        changes = "; ".join(f"{r.step} {r.counts}" for r in report.steps())
-        report.journal = step_journal(con, settings, being_id, llm, now, changes)
+        report.journal = step_journal(con, settings, being_id, llm, now, run_id=run_id)
     formed.statuses = node_statuses(con, being_id)
     formed.misplaced = misplaced_nodes(con, being_id)
     return report
@@ -718,13 +721,16 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+# A node's scene as the model is shown it: scene_to_text's columns.
+_SHOWN = 'scene."when", scene.setting, scene.action, scene.dialogue, feeling'
+
+
 def _node_texts(con: duckdb.DuckDBPyConnection, node_ids: list[str]) -> dict[str, str]:
     rows = con.execute(
-        'SELECT node_id, scene."when", scene.action, feeling FROM nodes '
-        "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+        f"SELECT node_id, {_SHOWN} FROM nodes WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
         [node_ids],
     ).fetchall()
-    return {r[0]: _short(node_text(r[1], r[2], r[3])) for r in rows}
+    return {r[0]: _short(scene_to_text(*r[1:])) for r in rows}
 
 
 def classify_roots(
@@ -1014,68 +1020,109 @@ def step_split(
     return StepReport("❻ split", counts, errors)
 
 
+# The first journal of a being reads this far back (later ones: since the one before).
+FIRST_CYCLE = timedelta(days=1)
+JOURNAL_SCENES = 30  # most scenes of one cycle shown to the model, the most important first
+# History operations that say what the patrol did, in the order they are told.
+PATROL_OPERATIONS = ("formed", "reinforced", "dying", "revived", "merged", "absorbed", "dead", "moved")
+
+
+@dataclass
+class Cycle:
+    """What a journal writes about: the scenes formed since the last one and the patrol's changes."""
+
+    since: datetime
+    scenes: list[str]  # scene_to_text lines
+    changes: dict[str, int]  # history operation -> memories
+
+    def told(self) -> str:
+        return ", ".join(f"{n} {op}" for op, n in self.changes.items()) or "nothing else"
+
+
+def journal_cycle(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> Cycle:
+    row = con.execute("SELECT journaled_at FROM journal_cycles WHERE being_id = ?", [being_id]).fetchone()
+    since = row[0] if row else now - FIRST_CYCLE
+    scenes = con.execute(
+        f"SELECT {_SHOWN} FROM nodes WHERE being_id = $being AND created_at > $since AND created_at <= $now "
+        "AND status <> 'archived' ORDER BY importance DESC, episode_ts DESC LIMIT $limit",
+        {"being": being_id, "since": since, "now": now, "limit": JOURNAL_SCENES},
+    ).fetchall()
+    counts = dict(
+        con.execute(
+            "SELECT operation, count(DISTINCT memory_ref) FROM history WHERE being_id = $being "
+            "AND ts > $since AND ts <= $now AND list_contains($ops, operation) GROUP BY 1",
+            {"being": being_id, "since": since, "now": now, "ops": list(PATROL_OPERATIONS)},
+        ).fetchall()
+    )
+    return Cycle(
+        since=since,
+        scenes=[_short(scene_to_text(*r), 200) for r in scenes],
+        changes={op: counts[op] for op in PATROL_OPERATIONS if counts.get(op)},
+    )
+
+
 def step_journal(
     con: duckdb.DuckDBPyConnection,
     settings,
     being_id: str,
     llm,
     now: datetime,
-    changes: str = "",
     run_id: str | None = None,
 ) -> StepReport:
-    """Diary (3-5 lines, upserted for the day) and think.md (3-7 bullets), after ❼."""
+    """Diary (3-5 lines, upserted for the day) and think.md (3-7 bullets), after ❼.
+
+    Both take this cycle only: the scenes formed since the being's last journal and what the
+    patrol did since (from `history`). A cycle without new scenes writes neither. A second
+    cycle on the same day gives the model the day's entry so far, and the file is replaced by
+    the day's lines. The cycle is closed only once both are written, so scenes a failed model
+    call did not take in are offered again next time.
+    """
     from mindflow.llm import LLMError, LLMSkipped
     from mindflow.prompts import diary, think
 
-    counts = {"diary": 0, "think": 0, "rejected": 0}
+    counts = {"diary": 0, "think": 0, "rejected": 0, "scenes": 0}
     errors: list[str] = []
+    cycle = journal_cycle(con, being_id, now)
+    counts["scenes"] = len(cycle.scenes)
+    if not cycle.scenes:
+        return StepReport("diary/think_md", counts, errors)
     day = now.strftime("%Y-%m-%d")
-    recent = con.execute(
-        "SELECT scene.\"when\", scene.action, feeling FROM nodes WHERE being_id = ? AND status = 'active' "
-        "AND updated_at >= ? - INTERVAL 1 DAY ORDER BY importance DESC, episode_ts DESC LIMIT 30",
-        [being_id, now],
-    ).fetchall()
-    memories = [_short(node_text(*r), 200) for r in recent]
-    if memories:
-        try:
-            answer = llm.complete(diary.build(being_id, day, memories, changes))
-            text = f"# {day}\n\n" + "\n".join(answer.lines) + "\n"
-            counts["diary"] += write_workspace_file(
-                settings, f"{being_id}/diary/{day}.md", text, "diary", run_id, con
-            )
-        except LLMSkipped:
-            pass
-        except LLMError as exc:
-            counts["rejected"] += 1
-            errors.append(_reason(exc))
-    labels = [
-        r[0]
-        for r in con.execute(
-            "SELECT c.label FROM clusters c JOIN nodes n ON n.cluster_id = c.cluster_id "
-            "WHERE c.being_id = ? AND n.status = 'active' GROUP BY c.label ORDER BY count(*) DESC LIMIT 20",
-            [being_id],
-        ).fetchall()
-    ]
-    important = con.execute(
-        "SELECT scene.\"when\", scene.action, feeling FROM nodes WHERE being_id = ? AND status = 'active' "
-        "ORDER BY importance DESC, episode_ts DESC LIMIT 20",
-        [being_id],
-    ).fetchall()
-    if important:
-        try:
-            answer = llm.complete(
-                think.build(being_id, labels, [_short(node_text(*r), 200) for r in important])
-            )
-            text = "# think\n\n" + "\n".join(f"- {b}" for b in answer.bullets) + "\n"
-            counts["think"] += write_workspace_file(
-                settings, f"{being_id}/think.md", text, "think_md", run_id, con
-            )
-        except LLMSkipped:
-            pass
-        except LLMError as exc:
-            counts["rejected"] += 1
-            errors.append(_reason(exc))
+    relpath = f"{being_id}/diary/{day}.md"
+    existing = settings.workspace / relpath
+    so_far = _entry_lines(existing.read_text(encoding="utf-8")) if existing.is_file() else []
+    done = 0
+    try:
+        answer = llm.complete(diary.build(being_id, day, cycle.scenes, cycle.told(), so_far))
+        text = f"# {day}\n\n" + "\n".join(answer.lines) + "\n"
+        counts["diary"] += write_workspace_file(settings, relpath, text, "diary", run_id, con)
+        done += 1
+    except LLMSkipped:
+        pass
+    except LLMError as exc:
+        counts["rejected"] += 1
+        errors.append(_reason(exc))
+    try:
+        answer = llm.complete(think.build(being_id, cycle.scenes, cycle.told()))
+        text = "# think\n\n" + "\n".join(f"- {b}" for b in answer.bullets) + "\n"
+        counts["think"] += write_workspace_file(
+            settings, f"{being_id}/think.md", text, "think_md", run_id, con
+        )
+        done += 1
+    except LLMSkipped:
+        pass
+    except LLMError as exc:
+        counts["rejected"] += 1
+        errors.append(_reason(exc))
+    if done == 2:
+        con.execute(
+            "INSERT OR REPLACE INTO journal_cycles (being_id, journaled_at) VALUES (?, ?)", [being_id, now]
+        )
     return StepReport("diary/think_md", counts, errors)
+
+
+def _entry_lines(text: str) -> list[str]:
+    """The lines of a diary file below its `# day` heading."""
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("# ")]
 
 
 def write_workspace_file(settings, relpath: str, text: str, what: str, run_id, con) -> bool:

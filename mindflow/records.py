@@ -49,8 +49,8 @@ class Scene:
     actors: list[str] = field(default_factory=list)
     when: list[dict] = field(default_factory=list)  # [{date, action}]
     setting: str | None = None
-    dialogue: str | None = None
-    sensory: str | None = None
+    dialogue: list[str] = field(default_factory=list)
+    sensory: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -148,8 +148,8 @@ def _record(row: dict, state: MarkState) -> MemoryRecord:
                 {"date": d, "action": actions[i] if i < len(actions) else None} for i, d in enumerate(dates)
             ],
             setting=row.get("setting"),
-            dialogue=row.get("dialogue"),
-            sensory=row.get("sensory"),
+            dialogue=list(row.get("dialogue") or []),
+            sensory=list(row.get("sensory") or []),
         ),
         source_episode_ids=list(row.get("source_episode_ids") or []),
         ts=row.get("ts"),

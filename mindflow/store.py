@@ -14,6 +14,21 @@ from mindflow.errors import MindflowError
 
 # Each migration is applied once, in order, inside a transaction; the applied
 # version is recorded in schema_version, so running migrate() again is a no-op.
+# VADSNT, the Being design's emotion (mindflow.prompts.extraction.EMOTION_KEYS).
+_EMOTION = (
+    "STRUCT(valence DOUBLE, arousal DOUBLE, dominance DOUBLE, safety DOUBLE, novelty DOUBLE, trust DOUBLE)"
+)
+_OLD_EMOTION = (
+    "CASE WHEN emotion IS NULL OR len(emotion) <> 6 THEN NULL ELSE {'valence': emotion[1], "
+    "'arousal': emotion[2], 'dominance': emotion[3], 'safety': NULL::DOUBLE, 'novelty': emotion[5], "
+    "'trust': NULL::DOUBLE} END"
+)
+# A node's scene as the design writes it (since migration 9).
+SCENE_TYPE = (
+    'STRUCT(action VARCHAR, actors VARCHAR[], "when" STRUCT(date VARCHAR, action VARCHAR)[], '
+    "setting VARCHAR, dialogue VARCHAR[], sensory VARCHAR[])"
+)
+
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (
         1,
@@ -391,6 +406,36 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         ],
     ),
     (
+        9,
+        "scene shape: dialogue and sensory lists, VADSNT emotion with named keys",
+        [
+            # The Being design's scene: dialogue and sensory are lists of strings; the emotion is
+            # VADSNT (valence, arousal, dominance, safety, novelty, trust). Lists stored before
+            # held surprise and tension in places 4 and 6: those two are not safety and trust.
+            """
+            ALTER TABLE scene_notes ALTER dialogue TYPE VARCHAR[]
+            USING CASE WHEN dialogue IS NULL THEN NULL ELSE [dialogue] END
+            """,
+            """
+            ALTER TABLE scene_notes ALTER sensory TYPE VARCHAR[]
+            USING CASE WHEN sensory IS NULL THEN NULL ELSE [sensory] END
+            """,
+            f"ALTER TABLE scene_notes ALTER emotion TYPE {_EMOTION} USING {_OLD_EMOTION}",
+            # DuckDB alters no column of a table with an index: nodes_being is built again after.
+            "DROP INDEX IF EXISTS nodes_being",
+            f"ALTER TABLE nodes ALTER emotion TYPE {_EMOTION} USING {_OLD_EMOTION}",
+            f"""
+            ALTER TABLE nodes ALTER scene TYPE {SCENE_TYPE}
+            USING CASE WHEN scene IS NULL THEN NULL ELSE {{
+                'action': scene.action, 'actors': scene.actors, 'when': scene."when",
+                'setting': scene.setting,
+                'dialogue': CASE WHEN scene.dialogue IS NULL THEN NULL ELSE [scene.dialogue] END,
+                'sensory': CASE WHEN scene.sensory IS NULL THEN NULL ELSE [scene.sensory] END}} END
+            """,
+            "CREATE INDEX IF NOT EXISTS nodes_being ON nodes (being_id)",
+        ],
+    ),
+    (
         10,
         "fact activation: last_accessed",
         [
@@ -398,6 +443,20 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             # activation decays from it (mindflow.fact_activation).
             "ALTER TABLE facts ADD COLUMN IF NOT EXISTS last_accessed TIMESTAMP",
             "UPDATE facts SET last_accessed = created_at WHERE last_accessed IS NULL",
+        ],
+    ),
+    (
+        11,
+        "journal cycles",
+        [
+            # When each being's diary and think.md last took in a cycle: the next journal reads
+            # the scenes formed and the patrol's changes since then.
+            """
+            CREATE TABLE IF NOT EXISTS journal_cycles (
+                being_id VARCHAR PRIMARY KEY,
+                journaled_at TIMESTAMP NOT NULL
+            )
+            """,
         ],
     ),
 ]

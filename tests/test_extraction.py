@@ -16,6 +16,7 @@ from mindflow.models import Episode
 ADA = "ada"
 TS = datetime(2026, 1, 5, 9, 0, 0)
 NOW = datetime(2026, 1, 6, 3, 0, 0)
+VADSNT = {"valence": 0.6, "arousal": 0.4, "dominance": 0.5, "safety": 0.1, "novelty": 0.3, "trust": 0.2}
 TABLES = ("scene_notes", "facts", "relations", "aliases", "co_occurrences", "history")
 
 
@@ -78,9 +79,10 @@ def test_batch_becomes_scenes_facts_relations(con, llm_server):
     scenes = con.execute(
         "SELECT episode_ids, action, emotion, extractor FROM scene_notes ORDER BY action"
     ).fetchall()
+    # Six numbers are VADSNT in order, stored under their names.
     assert scenes == [
-        (["e2"], "Coffee with Bram", [0.6, 0.4, 0.5, 0.1, 0.3, 0.2], "openai:gpt-4o"),
-        (["e0", "e1"], "Planned the billing service", [0.6, 0.4, 0.5, 0.1, 0.3, 0.2], "openai:gpt-4o"),
+        (["e2"], "Coffee with Bram", VADSNT, "openai:gpt-4o"),
+        (["e0", "e1"], "Planned the billing service", VADSNT, "openai:gpt-4o"),
     ]
     # The alias "billing" was resolved to its entity in facts and relations.
     assert con.execute(
@@ -179,7 +181,7 @@ def test_rejected_answers_write_nothing_and_parse_failed_is_repaired(con, llm_se
     # The scene becomes one node with its emotion and its `when` action.
     assert patrol.step_nodes(con, ADA, embedder, patrol.PatrolParams(), NOW).counts["new"] == 1
     assert con.execute("SELECT source_episode_ids, emotion, scene.when FROM nodes").fetchall() == [
-        (["e0", "e1"], [0.6, 0.4, 0.5, 0.1, 0.3, 0.2], [{"date": "2026-01-05", "action": "both"}])
+        (["e0", "e1"], VADSNT, [{"date": "2026-01-05", "action": "both"}])
     ]
 
 
@@ -248,6 +250,10 @@ FACT = {"entity": "billing", "key": "database", "value": "Postgres", "episode_id
         {"scenes": [scene(["e0"], "ok", when=[{"date": "last Tuesday", "action": "x"}])]},
         {"scenes": [scene(["e0"], "ok", emotion=[0.5, 0.5, 0.5, 0.5, 0.5, 1.5])]},
         {"scenes": [scene(["e0"], "ok", emotion=[0.5, 0.5, float("nan"), 0.5, 0.5, 0.5])]},  # NaN on the wire
+        {"scenes": [scene(["e0"], "ok", emotion=[0.5, 0.5, 0.5])]},  # not six values
+        # The old schema's names: surprise and tension are not VADSNT.
+        {"scenes": [scene(["e0"], "ok", emotion={"valence": 0.5, "arousal": 0.5, "dominance": 0.5,
+                                                 "surprise": 0.5, "novelty": 0.5, "tension": 0.5})]},
         {"scenes": [scene(["e0"], "ok", importance=float("nan"))]},
         {"scenes": [scene(["e0"], "ok")], "entities": [{"name": "  ", "aliases": []}]},
         {"scenes": [scene(["e0"], "ok")], "entities": [{"name": "billing", "aliases": [" "]}]},
@@ -290,7 +296,7 @@ def test_text_is_stored_stripped_and_blank_optional_text_as_null(con, llm_server
     report = extraction.extract(con, ADA, llm_for(None), NOW)
     assert (report.scenes, report.facts_new) == (1, 1)
     assert con.execute('SELECT action, setting, dialogue, sensory, "when" FROM scene_notes').fetchall() == [
-        ("Chose Postgres", None, None, "hum of fans", [{"date": "2026-01-05", "action": None}])
+        ("Chose Postgres", None, None, ["hum of fans"], [{"date": "2026-01-05", "action": None}])
     ]
     assert con.execute("SELECT entity, key, value FROM facts").fetchall() == [
         ("billing", "database", "Postgres")

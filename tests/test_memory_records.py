@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -414,6 +415,9 @@ def test_cli_reads_lancedb_without_a_server(world, monkeypatch):
     survivor = ref_of(world, FADING[0])
     shown = runner.invoke(app, ["memories", "show", survivor, "--being", "ada"])
     assert shown.exit_code == 0 and "dormant" in shown.stdout and FADING[0] in shown.stdout
+    # The scene as the design shows it: date — action.
+    scene_line = next(line for line in shown.stdout.splitlines() if line.startswith("  scene:"))
+    assert re.fullmatch(r"  scene: +\d{4}-\d{2}-\d{2} — " + re.escape(FADING[0]) + ".*", scene_line)
     told = runner.invoke(app, ["memories", "history", survivor, "--being", "ada"])
     assert told.exit_code == 0
     assert [line.split()[2] for line in told.stdout.splitlines()[1:5]] == [

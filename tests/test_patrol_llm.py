@@ -92,7 +92,7 @@ def test_consolidation_merges_kills_and_unfreshens(con, llm_server, roots):
         ("n-a", "absorbed"), ("n-b", "merged"), ("n-d", "dead"), ("n-e", "absorbed"), ("n-f", "merged"),
     ]  # fmt: skip
     # The prompt showed the cluster's nodes with their state.
-    assert '"node_id": "n-d", "text": "2026-01-05 memory n-d calm", "status": "dying"' in (
+    assert '"node_id": "n-d", "text": "2026-01-05 — memory n-d — (calm)", "status": "dying"' in (
         llm_server.requests[0].prompt_text
     )
 
@@ -216,15 +216,55 @@ def test_diary_and_think_are_written_through_the_audit_layer(con, llm_server, ro
         {"bullets": ["- billing is live", "watch the error rate", "plan the next sprint"]},
     ])  # fmt: skip
     report = patrol.step_journal(con, settings, ADA, llm(), NOW)
-    assert report.counts == {"diary": 1, "think": 1, "rejected": 0}
+    assert report.counts == {"diary": 1, "think": 1, "rejected": 0, "scenes": 1}
     diary = (settings.workspace / ADA / "diary" / "2026-01-06.md").read_text()
     assert diary == "# 2026-01-06\n\nShipped billing today.\nIt felt good.\nTomorrow: rest.\n"
     think = (settings.workspace / ADA / "think.md").read_text()
     assert think == "# think\n\n- billing is live\n- watch the error rate\n- plan the next sprint\n"
-    # Upserted for the day: a second run replaces the entry.
-    llm_server.script([{"lines": ["One.", "Two.", "Three.", "Four."]}, {"bullets": ["a", "b", "c"]}])
+
+
+def test_the_journal_takes_this_cycle_only_and_upserts_the_day(con, llm_server, roots, settings):
+    """Scenes formed since the last journal and what the patrol did since, never the all-time top
+    memories (❷ touches every active node's updated_at); nothing new, nothing written; a second
+    cycle the same day rewrites the day's one entry with the lines so far."""
+    llm_server.configure("openai:gpt-4o")
+    add_node(con, "n-old", roots["Business"], action="Signed the lease on the old office", importance=1.0)
+    con.execute("UPDATE nodes SET created_at = ? - INTERVAL 3 DAY", [NOW])
+    add_node(con, "n-a", roots["Business"], action="Shipped the billing release", seed=1)
+    con.execute("UPDATE nodes SET updated_at = ?", [NOW])  # as ❷ does
+    con.execute(
+        "INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor) "
+        "VALUES ('h-1', ?, 'n-old', ?, 'dying', NULL, NULL, NULL, 'patrol')",
+        [NOW, ADA],
+    )
+    llm_server.script([
+        {"lines": ["Shipped billing today.", "It felt good.", "Tomorrow: rest."]},
+        {"bullets": ["billing is live", "watch the error rate", "plan the next sprint"]},
+    ])  # fmt: skip
     patrol.step_journal(con, settings, ADA, llm(), NOW)
-    assert (settings.workspace / ADA / "diary" / "2026-01-06.md").read_text().count("\n") == 6
+    diary_prompt, think_prompt = (r.prompt_text for r in llm_server.requests)
+    for prompt in (diary_prompt, think_prompt):
+        assert "2026-01-05 — Shipped the billing release — (calm)" in prompt  # scene_to_text
+        assert "old office" not in prompt
+        assert "1 dying" in prompt
+
+    # No scene since: neither file is asked for or written again.
+    llm_server.requests.clear()
+    assert patrol.step_journal(con, settings, ADA, llm(), NOW).counts["diary"] == 0
+    assert llm_server.requests == []
+
+    # A second cycle the same day: the day's entry so far goes with the new scene, one file.
+    later = NOW + timedelta(hours=5)
+    add_node(con, "n-b", roots["Business"], action="Called the bank about the loan", seed=2)
+    con.execute("UPDATE nodes SET created_at = ? WHERE node_id = 'n-b'", [later])
+    llm_server.script([{"lines": ["One.", "Two.", "Three.", "Four."]}, {"bullets": ["a", "b", "c"]}])
+    report = patrol.step_journal(con, settings, ADA, llm(), later)
+    assert report.counts == {"diary": 1, "think": 1, "rejected": 0, "scenes": 1}
+    prompt = llm_server.requests[0].prompt_text
+    assert "Today's entry so far:\n- Shipped billing today." in prompt
+    assert "Called the bank about the loan" in prompt and "Shipped the billing release" not in prompt
+    assert list((settings.workspace / ADA / "diary").iterdir()) == [settings.workspace / ADA / "diary" / "2026-01-06.md"]
+    assert (settings.workspace / ADA / "diary" / "2026-01-06.md").read_text() == "# 2026-01-06\n\nOne.\nTwo.\nThree.\nFour.\n"
 
 
 def test_rejected_diary_writes_no_file(con, llm_server, roots, settings):
@@ -232,7 +272,7 @@ def test_rejected_diary_writes_no_file(con, llm_server, roots, settings):
     add_node(con, "n-a", roots["Business"], seed=1)
     llm_server.script([{"lines": ["only one line"]}, {"bullets": ["", "b", "c"]}])
     report = patrol.step_journal(con, settings, ADA, llm(), NOW)
-    assert report.counts == {"diary": 0, "think": 0, "rejected": 2}
+    assert report.counts == {"diary": 0, "think": 0, "rejected": 2, "scenes": 1}
     assert not (settings.workspace / ADA / "diary").exists()
     assert not (settings.workspace / ADA / "think.md").exists()
 
@@ -276,7 +316,7 @@ def test_answers_nested_past_the_parsers_limit_are_rejected_and_every_being_is_p
         assert steps["❶ nodes"].counts["root_rejected"] == 1
         assert "JSON nested too deeply" in steps["❶ nodes"].errors[0]
         assert steps["❹ consolidation"].counts["rejected"] >= 1
-        assert steps["diary/think_md"].counts == {"diary": 0, "think": 0, "rejected": 2}
+        assert steps["diary/think_md"].counts == {"diary": 0, "think": 0, "rejected": 2, "scenes": 2}
         assert not (settings.workspace / being / "think.md").exists()
     nodes = dict(con.execute("SELECT being_id, count(*) FROM nodes GROUP BY 1").fetchall())
     assert nodes == {"ada": 2, "bram": 2}

@@ -420,8 +420,8 @@ class SceneOut(BaseModel):
     actors: list[str] = []
     when: list[WhenOut] = Field(default=[], description="Its dates, with what happened when merged.")
     setting: str | None = None
-    dialogue: str | None = None
-    sensory: str | None = None
+    dialogue: list[str] = Field(default=[], description="What was said, one line each.")
+    sensory: list[str] = Field(default=[], description="Sensory details, one each.")
 
 
 class MemoryRecord(BaseModel):

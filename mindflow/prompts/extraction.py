@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
 from mindflow.prompts import IsoDate, OptionalText, Prompt, Text, Unit, user
 
@@ -22,19 +23,62 @@ class When(BaseModel):
     action: OptionalText = None
 
 
+# VADSNT, the Being design's emotion: each in [0, 1].
+EMOTION_KEYS = ("valence", "arousal", "dominance", "safety", "novelty", "trust")
+
+
+class Emotion(BaseModel):
+    valence: Unit
+    arousal: Unit
+    dominance: Unit
+    safety: Unit
+    novelty: Unit
+    trust: Unit
+
+    @model_validator(mode="before")
+    @classmethod
+    def from_list(cls, value: Any) -> Any:
+        """Six numbers in VADSNT order are the same emotion."""
+        if isinstance(value, (list, tuple)):
+            if len(value) != len(EMOTION_KEYS):
+                raise ValueError(f"emotion needs the six VADSNT values, not {len(value)}")
+            return dict(zip(EMOTION_KEYS, value, strict=True))
+        return value
+
+
+def _when_forms(value: Any) -> Any:
+    """The design's two forms of `when`: a date ("2024-03-02", or a list of them), or a list of
+    {date, action}."""
+    if isinstance(value, str):
+        return [{"date": value}]
+    if isinstance(value, list):
+        return [{"date": w} if isinstance(w, str) else w for w in value]
+    return value
+
+
+def _lines(value: Any) -> Any:
+    """A list of strings; one string is a list of one, nothing is an empty list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list):
+        return [v for v in value if not (isinstance(v, str) and not v.strip())]
+    return value
+
+
 class Scene(BaseModel):
     episode_ids: list[Text] = Field(min_length=1)
     action: Text
     actors: list[Text] = Field(default_factory=list)
-    when: list[When] = Field(default_factory=list)
+    when: Annotated[list[When], BeforeValidator(_when_forms)] = Field(default_factory=list)
     setting: OptionalText = None
-    dialogue: OptionalText = None
-    sensory: OptionalText = None
+    dialogue: Annotated[list[Text], BeforeValidator(_lines)] = Field(default_factory=list)
+    sensory: Annotated[list[Text], BeforeValidator(_lines)] = Field(default_factory=list)
     feeling: OptionalText = None
     importance: Unit
     themes: list[Text] = Field(default_factory=list)
-    # VADSNT: valence, arousal, dominance, surprise, novelty, tension, each in [0, 1].
-    emotion: list[Unit] | None = Field(default=None, min_length=6, max_length=6)
+    emotion: Emotion | None = None
 
 
 class Entity(BaseModel):
@@ -80,9 +124,10 @@ Return:
   scene per word; a single episode may be its own scene). Each scene keeps the ids of the
   episodes it came from in episode_ids (every given episode id must appear in exactly one
   scene), action (what happened, one or two sentences), actors, when (list of {{date, action}}
-  with dates as YYYY-MM-DD), setting, dialogue (a short quote if any), sensory, feeling (the
-  being's feeling in a few words), importance 0..1, themes (1-4 short tags) and emotion as
-  six numbers in 0..1: valence, arousal, dominance, surprise, novelty, tension (VADSNT).
+  with dates as YYYY-MM-DD), setting, dialogue (short quotes, a list of strings), sensory (a
+  list of sensory details), feeling (the being's feeling in a few words), importance 0..1,
+  themes (1-4 short tags) and emotion, VADSNT: an object of six numbers in 0..1 named
+  valence, arousal, dominance, safety, novelty, trust.
 - entities: the people, projects, tools and places mentioned, each with a canonical name and
   the other names used for it (aliases). Reuse a known entity name when it is the same thing.
 - facts: durable facts as (entity, key, value, category, confidence, importance 0..1,

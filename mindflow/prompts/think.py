@@ -1,4 +1,4 @@
-"""think.md: 3-7 bullets on what the being is thinking about now."""
+"""think.md: 3-7 bullets on what the being is thinking about now, from this cycle."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ class ThinkAnswer(BaseModel):
         return bullets
 
 
-SYSTEM = """You are the being whose memory this is. From its clusters and most important recent
-memories, write 3 to 7 short bullets on what is on its mind now: open threads, worries, plans."""
+SYSTEM = """You are the being whose memory this is. From the scenes of this cycle and what your
+memory's patrol did, write 3 to 7 short bullets on what is on your mind now: open threads,
+worries, plans."""
 
 
-def build(being_id: str, clusters: list[str], memories: list[str]) -> Prompt:
-    body = f"Being: {being_id}\nClusters: {', '.join(clusters)}\nImportant memories:\n" + "\n".join(
-        f"- {m}" for m in memories
+def build(being_id: str, scenes: list[str], changes: str) -> Prompt:
+    body = f"Being: {being_id}\nWhat the patrol did: {changes}\nScenes of this cycle:\n" + "\n".join(
+        f"- {s}" for s in scenes
     )
     return Prompt("think", SYSTEM, user(body), ThinkAnswer, max_tokens=600)
