@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[test,openai]'
+	$(PIP) install --quiet -e '.[server,test]'
 	touch $@
 
 install: $(VENV)/.installed

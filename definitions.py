@@ -10,6 +10,7 @@ from assets.episodes import episodes
 from assets.facts import facts_graph
 from assets.forget import erasures
 from assets.journal import journal
+from assets.journal_chunks import journal_chunks
 from assets.memories import memories
 from assets.nodes import nodes, scene_notes
 from assets.story import core_memory, story
@@ -20,6 +21,7 @@ from jobs.extraction import extraction_job
 from jobs.forget import forget_job
 from jobs.form import form_job
 from jobs.ingest import ingest_job
+from jobs.journal import journal_reindex_job
 from jobs.narrative import narrative_job, nightly_narrative
 from jobs.patrol import nightly_patrol, patrol_job
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource, MindflowHome
@@ -27,17 +29,18 @@ from sensors.ebooks import ebook_folder_sensor
 from sensors.forget import forget_sensor
 from sensors.form import form_sensor
 from sensors.inbox import inbox_sensor
+from sensors.journal import journal_files_sensor
 from sensors.narrative import narrative_sensor
 from sensors.runs import stale_run_sensor
 
 defs = dg.Definitions(
     assets=[episodes, scene_notes, nodes, clusters, journal, decay_scores, memories, facts_graph,
-            story, core_memory, audit_archive, ebook_chunks, erasures],
+            story, core_memory, journal_chunks, audit_archive, ebook_chunks, erasures],
     jobs=[ingest_job, extraction_job, patrol_job, decay_job, narrative_job, audit_digest_job,
-          ebook_reindex_job, forget_job, form_job],
+          ebook_reindex_job, forget_job, form_job, journal_reindex_job],
     schedules=[nightly_patrol, nightly_decay, nightly_narrative, monthly_audit_digest, weekly_ebook_reindex],
     sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor, stale_run_sensor, forget_sensor,
-             form_sensor],
+             form_sensor, journal_files_sensor],
     resources={
         "duckdb": DuckDBResource(),
         "lancedb": LanceDBResource(),

@@ -1,4 +1,4 @@
-"""Job `narrative`: each being's STORY.md, then its MEMORY.md."""
+"""Job `narrative`: each being's STORY.md, then its MEMORY.md, then the index of its memory files."""
 
 import dagster as dg
 
@@ -6,8 +6,9 @@ from jobs.per_being import nightly_per_being
 
 narrative_job = dg.define_asset_job(
     "narrative",
-    selection=["story", "core_memory"],
-    description="Narrate the episodes past STORY.md's anchor, then rewrite MEMORY.md under 3,000 tokens.",
+    selection=["story", "core_memory", "journal_chunks"],
+    description="Narrate the episodes past STORY.md's anchor, rewrite MEMORY.md under 3,000 tokens, "
+    "then index the memory files for journal_memory_search.",
     executor_def=dg.in_process_executor,
 )
 

@@ -47,7 +47,7 @@ def run(
     job: str = typer.Argument(
         ...,
         help="ingest | extraction | patrol | form | decay | narrative | audit_digest | ebook_reindex "
-        "| forget",
+        "| forget | journal_reindex",
     ),
     being: str | None = typer.Option(None, "--being", help="patrol only this being."),
     partition: str | None = typer.Option(
@@ -352,6 +352,32 @@ def serve(
     from mindflow.api import create_app
 
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+
+
+@app.command()
+def mcp(
+    being: str | None = typer.Option(
+        None, "--being", help="Serve this being only: its tools then need no `being` argument."
+    ),
+) -> None:
+    """Serve the MCP tools over stdio (for an MCP client that starts `mindflow mcp` itself).
+
+    The recall API runs inside this process over MINDFLOW_HOME's LanceDB and workspace, without
+    tokens: the process already has the files. `mindflow serve` offers the same tools over
+    HTTP at /mcp, with tokens."""
+    import anyio
+
+    from mindflow.api import create_app
+    from mindflow.api.mcp_server import serve_stdio
+    from mindflow.inbox import validate_being_id
+
+    settings = load_settings()
+    try:
+        if being is not None:
+            validate_being_id(being)
+    except MindflowError as exc:
+        _fail(exc)
+    anyio.run(serve_stdio, create_app(settings, tokens={}, mcp=False), being)
 
 
 ebooks_app = typer.Typer(no_args_is_help=True, help="The ebook index: reindex the ebook folder, search it.")

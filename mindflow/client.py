@@ -10,7 +10,7 @@ with MindflowClient("http://127.0.0.1:8765", token="tokA") as memory:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
@@ -25,13 +25,16 @@ from tenacity import (
     wait_exponential,
 )
 
-from mindflow.api.ebooks import EbookSearchResponse
 from mindflow.api.models import (
     ClusterResponse,
+    ContextResponse,
+    EbookSearchResponse,
     EpisodeIn,
     EpisodesResponse,
     FactsResponse,
     ForgetResponse,
+    JournalFileOut,
+    JournalSearchResponse,
     MemoryHistory,
     MemoryPage,
     MemoryRecord,
@@ -115,6 +118,34 @@ def _episodes_body(episodes: Iterable[EpisodeIn | Mapping[str, Any]]) -> dict[st
     return {"episodes": to_jsonable_python(items)}
 
 
+def _remember_body(
+    text: str,
+    ts: datetime | None,
+    importance: float | None,
+    session_id: str | None,
+    speaker: str | None,
+) -> dict[str, Any]:
+    """One episode with the explicit remember instruction, said by the agent unless told otherwise."""
+    episode = {
+        "ts": to_jsonable_python(ts or datetime.now(UTC)),
+        "text": text,
+        "speaker": speaker or "agent",
+        "role": "assistant",
+        "trigger": "remember",
+        "importance": importance,
+        "session_id": session_id,
+    }
+    return {"episodes": [{k: v for k, v in episode.items() if v is not None}]}
+
+
+def _context_params(blocks: Iterable[str] | None) -> dict[str, str]:
+    return {"blocks": ",".join(blocks)} if blocks is not None else {}
+
+
+def _lines_params(start: int | None, end: int | None) -> dict[str, int]:
+    return {name: v for name, v in (("start", start), ("end", end)) if v is not None}
+
+
 def _list_params(
     status: str | Iterable[str] | None,
     cluster: str | None,
@@ -175,10 +206,19 @@ class MindflowClient(_Base):
     """Blocking client; use as a context manager or call `close()`."""
 
     def __init__(
-        self, base_url: str, token: str | None = None, timeout: float = 10.0, retries: int = 3, **kw
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        **kw,
     ):
         super().__init__(base_url, token, timeout, retries, **kw)
-        self._http = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=self._headers, timeout=self._timeout, transport=transport
+        )
 
     def __enter__(self) -> MindflowClient:
         return self
@@ -235,6 +275,7 @@ class MindflowClient(_Base):
         since: datetime | None = None,
         until: datetime | None = None,
         session: str | None = None,
+        recent: Iterable[str] | None = None,
     ) -> ResonanceResponse:
         body = _recall_body(
             query,
@@ -244,6 +285,7 @@ class MindflowClient(_Base):
             since=since,
             until=until,
             session=session,
+            recent=list(recent) if recent is not None else None,
         )
         return self._typed(ResonanceResponse, "POST", self._being(being, "resonance"), json=body)
 
@@ -342,6 +384,37 @@ class MindflowClient(_Base):
         """Every change of the memory, oldest first: time, actor, run id, fields before and after."""
         return self._typed(MemoryHistory, "GET", self._being(being, "memories", ref, "history"))
 
+    def remember(
+        self,
+        being: str,
+        text: str,
+        *,
+        ts: datetime | None = None,
+        importance: float | None = None,
+        session_id: str | None = None,
+        speaker: str | None = None,
+    ) -> EpisodesResponse:
+        """Store one thing to remember (an episode with the remember trigger); recallable at once."""
+        body = _remember_body(text, ts, importance, session_id, speaker)
+        return self._typed(EpisodesResponse, "POST", self._being(being, "episodes"), json=body)
+
+    def get_context(self, being: str, blocks: Iterable[str] | None = None) -> ContextResponse:
+        """The being's context blocks (1-A, 1-B, 2-B, story) with their tokens, and any alerts."""
+        params = _context_params(blocks)
+        return self._typed(ContextResponse, "GET", self._being(being, "context"), params=params)
+
+    def journal_memory_search(self, being: str, query: str, k: int = 5) -> JournalSearchResponse:
+        """Chunks of MEMORY.md, STORY.md, think.md, the diary and the daily logs, best first."""
+        body = {"query": query, "k": k}
+        return self._typed(JournalSearchResponse, "POST", self._being(being, "journal", "search"), json=body)
+
+    def journal_memory_get(
+        self, being: str, path: str, start: int | None = None, end: int | None = None
+    ) -> JournalFileOut:
+        """One memory file (e.g. `MEMORY.md`, `diary/2026-05-01.md`), or lines start..end of it."""
+        route = self._being(being, "journal", path)
+        return self._typed(JournalFileOut, "GET", route, params=_lines_params(start, end))
+
     def search_ebooks(self, query: str, k: int = 5) -> EbookSearchResponse:
         """Passages of the indexed ebooks (text, title, chapter, score), best first."""
         return self._typed(EbookSearchResponse, "POST", "/v1/ebooks/search", json={"query": query, "k": k})
@@ -357,10 +430,20 @@ class AsyncMindflowClient(_Base):
     """The same calls for asyncio agents: `async with AsyncMindflowClient(...) as memory:`."""
 
     def __init__(
-        self, base_url: str, token: str | None = None, timeout: float = 10.0, retries: int = 3, **kw
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **kw,
     ):
         super().__init__(base_url, token, timeout, retries, **kw)
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, timeout=self._timeout)
+        # `transport` lets a process call an app it hosts without a socket (the MCP server does).
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=self._headers, timeout=self._timeout, transport=transport
+        )
 
     async def __aenter__(self) -> AsyncMindflowClient:
         return self
@@ -417,6 +500,7 @@ class AsyncMindflowClient(_Base):
         since: datetime | None = None,
         until: datetime | None = None,
         session: str | None = None,
+        recent: Iterable[str] | None = None,
     ) -> ResonanceResponse:
         body = _recall_body(
             query,
@@ -426,6 +510,7 @@ class AsyncMindflowClient(_Base):
             since=since,
             until=until,
             session=session,
+            recent=list(recent) if recent is not None else None,
         )
         return await self._typed(ResonanceResponse, "POST", self._being(being, "resonance"), json=body)
 
@@ -521,6 +606,39 @@ class AsyncMindflowClient(_Base):
     async def memory_history(self, being: str, ref: str) -> MemoryHistory:
         """Every change of the memory, oldest first: time, actor, run id, fields before and after."""
         return await self._typed(MemoryHistory, "GET", self._being(being, "memories", ref, "history"))
+
+    async def remember(
+        self,
+        being: str,
+        text: str,
+        *,
+        ts: datetime | None = None,
+        importance: float | None = None,
+        session_id: str | None = None,
+        speaker: str | None = None,
+    ) -> EpisodesResponse:
+        """Store one thing to remember (an episode with the remember trigger); recallable at once."""
+        body = _remember_body(text, ts, importance, session_id, speaker)
+        return await self._typed(EpisodesResponse, "POST", self._being(being, "episodes"), json=body)
+
+    async def get_context(self, being: str, blocks: Iterable[str] | None = None) -> ContextResponse:
+        """The being's context blocks (1-A, 1-B, 2-B, story) with their tokens, and any alerts."""
+        params = _context_params(blocks)
+        return await self._typed(ContextResponse, "GET", self._being(being, "context"), params=params)
+
+    async def journal_memory_search(self, being: str, query: str, k: int = 5) -> JournalSearchResponse:
+        """Chunks of MEMORY.md, STORY.md, think.md, the diary and the daily logs, best first."""
+        body = {"query": query, "k": k}
+        return await self._typed(
+            JournalSearchResponse, "POST", self._being(being, "journal", "search"), json=body
+        )
+
+    async def journal_memory_get(
+        self, being: str, path: str, start: int | None = None, end: int | None = None
+    ) -> JournalFileOut:
+        """One memory file (e.g. `MEMORY.md`, `diary/2026-05-01.md`), or lines start..end of it."""
+        route = self._being(being, "journal", path)
+        return await self._typed(JournalFileOut, "GET", route, params=_lines_params(start, end))
 
     async def search_ebooks(self, query: str, k: int = 5) -> EbookSearchResponse:
         """Passages of the indexed ebooks (text, title, chapter, score), best first."""

@@ -15,3 +15,7 @@ class NotFound(MindflowError):
 
 class Conflict(MindflowError):
     """The request contradicts the current state, e.g. deciding a proposal already decided: HTTP 409."""
+
+
+class OutsideWorkspace(MindflowError):
+    """A path that leaves the being's workspace folder, or names no file it may read: HTTP 400."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from mindflow.config import MAX_EPISODE_CHARS
 from mindflow.errors import MindflowError
-from mindflow.models import EPISODE_KINDS, Episode, ParseResult, QuarantinedLine, episode_hash_id
+from mindflow.models import EPISODE_KINDS, TRIGGERS, Episode, ParseResult, QuarantinedLine, episode_hash_id
 
 FORMATS = ("jsonl", "openclaw", "daily-md")
 
@@ -424,6 +424,9 @@ def _jsonl_record(
     given_role = _opt_str(rec.get("role"))
     speaker = _opt_str(rec.get("speaker")) or given_role or "unknown"
     client_id = _opt_str(rec.get("id"))
+    trigger = rec.get("trigger")
+    if trigger is not None and trigger not in TRIGGERS:
+        raise _Reject(f"unknown trigger: {_short(trigger)} (use remember, forget or reflect)")
     return Episode(
         episode_id=client_id or episode_hash_id(being_id, ts, speaker, text),
         being_id=being_id,
@@ -439,7 +442,8 @@ def _jsonl_record(
         source=_opt_str(rec.get("source")),
         source_ref=f"{file_name}:{line_no}",
         format="jsonl",
-        trigger=detect_trigger(text, given_role or "user"),
+        # An explicit instruction (the `remember` tool) holds whoever speaks.
+        trigger=trigger or detect_trigger(text, given_role or "user"),
     )
 
 

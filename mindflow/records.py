@@ -418,3 +418,43 @@ def fresh_history(memory, marks: Iterable[Mark]) -> MemoryHistory:
         ):
             entries.append(HistoryEntry(None, mark.ts, _MARK_OPERATIONS[mark.op], mark.actor, pending=True))
     return MemoryHistory(memory.being_id, memory.memory_ref, False, entries)
+
+
+def recently_activated(
+    table, being_id: str, state: MarkState = MarkState(), k: int = 5, statuses: Sequence[str] = ("active",)
+) -> list[MemoryRecord]:
+    """The k memories a recall reached last (else formed last) with an action, newest first.
+
+    Forgotten and deleted memories are left out. As in `list_memories`, the keys are read in
+    one query and ordered here: LanceDB has no ORDER BY.
+    """
+    validate_being_id(being_id)
+    if table is None or k <= 0:
+        return []
+    where = lance.all_of(
+        lance.where(being_id=being_id, status=list(statuses)), "text IS NOT NULL AND text <> ''"
+    )
+    keys = (
+        table.search()
+        .where(where)
+        .select(["memory_ref", "last_activated", "created_at", "source_episode_ids"])
+        .limit(None)
+        .to_arrow()
+    )
+    if not keys.num_rows:
+        return []
+    refs = keys.column("memory_ref").to_pylist()
+    episodes = keys.column("source_episode_ids").to_pylist()
+    when = pc.coalesce(keys.column("last_activated"), keys.column("created_at"))
+    order = pc.sort_indices(pa.table({"when": when}), sort_keys=[("when", "descending", "at_end")])
+    chosen = []
+    for i in order.to_pylist():
+        if not state.hides(refs[i], episodes[i] or ()) and not state.is_deleted(refs[i], episodes[i] or ()):
+            chosen.append(refs[i])
+            if len(chosen) == k:
+                break
+    if not chosen:
+        return []
+    where = lance.all_of(lance.where(being_id=being_id), lance.where(memory_ref=chosen))
+    found = {row["memory_ref"]: row for row in _rows(table, where, _COLUMNS)}
+    return [_record(found[ref], state) for ref in chosen if ref in found]

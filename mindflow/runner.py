@@ -24,6 +24,7 @@ from mindflow.models import utcnow
 
 JOBS = (
     "ingest", "extraction", "patrol", "form", "decay", "narrative", "audit_digest", "ebook_reindex", "forget",
+    "journal_reindex",
 )  # fmt: skip
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DAGSTER_YAML = """\
@@ -295,7 +296,7 @@ def run_job(
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     instance = _instance()
-    if job in ("extraction", "patrol", "form", "narrative"):
+    if job in ("extraction", "patrol", "form", "narrative", "journal_reindex"):
         known = instance.get_dynamic_partitions("beings")
         wanted = being or partition
         if wanted and wanted not in known:

@@ -459,6 +459,27 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        12,
+        "memory file index",
+        [
+            # What the LanceDB table `journal_chunks` was built from, per being and file: an
+            # unchanged file is skipped without being read (mindflow.journal_index).
+            """
+            CREATE TABLE IF NOT EXISTS journal_files (
+                being_id VARCHAR NOT NULL,
+                path VARCHAR NOT NULL,
+                size BIGINT NOT NULL,
+                mtime_ns BIGINT NOT NULL,
+                sha256 VARCHAR NOT NULL,
+                index_key VARCHAR NOT NULL,
+                chunks INTEGER NOT NULL,
+                indexed_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (being_id, path)
+            )
+            """,
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

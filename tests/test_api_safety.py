@@ -219,6 +219,9 @@ BEING_ROUTES = {
     ("get", "memories"): {200, 401, 403, 422},
     ("get", "memories/{ref}"): {200, 401, 403, 404, 422},
     ("get", "memories/{ref}/history"): {200, 401, 403, 404, 422},
+    ("get", "context"): {200, 401, 403, 422},
+    ("post", "journal/search"): {200, 400, 401, 403, 413, 422},
+    ("get", "journal/{path}"): {200, 400, 401, 403, 404, 422},
 }
 
 

@@ -6,7 +6,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import PurePath
 from typing import Annotated, Any
 
@@ -15,6 +15,7 @@ import numpy as np
 from fastapi import APIRouter, BackgroundTasks, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -25,8 +26,9 @@ from mindflow.api.episodes import InboxBusy, InvalidEpisodes, append_episodes
 from mindflow.api.loop import loop_router, trigger_proposals
 from mindflow.api.memories import memories_router
 from mindflow.api.service import RecallService
+from mindflow.api.workspace import workspace_router
 from mindflow.config import Settings, load_settings
-from mindflow.errors import Conflict, MindflowError, NotFound
+from mindflow.errors import Conflict, MindflowError, NotFound, OutsideWorkspace
 from mindflow.graph import neighbourhood, search_facts
 from mindflow.recall import RecallConfig
 
@@ -132,8 +134,11 @@ def create_app(
     *,
     recall_config: RecallConfig | None = None,
     tokens: str | Mapping[str, Any] | TokenScopes | None = None,
+    mcp: bool = True,
 ) -> FastAPI:
-    """The read API over `settings`' LanceDB and workspace; `tokens` overrides MINDFLOW_API_TOKENS."""
+    """The read API over `settings`' LanceDB and workspace; `tokens` overrides MINDFLOW_API_TOKENS.
+
+    With `mcp`, the MCP server is mounted at /mcp (streamable HTTP, the same tokens)."""
     settings = settings or load_settings()
     if tokens is None and settings.api_tokens is not None:
         tokens = settings.api_tokens.get_secret_value()
@@ -145,10 +150,15 @@ def create_app(
         settings.lance_path.mkdir(parents=True, exist_ok=True)
         # The first recall should not pay for loading the model.
         await anyio.to_thread.run_sync(service.load_model)
-        yield
+        async with AsyncExitStack() as stack:
+            if mounted is not None:
+                await mounted.running(stack)
+            yield
         service.hot.close()
 
-    app = FastAPI(
+    # FastAPIOffline is FastAPI with /docs and /redoc served from the files its package
+    # ships: the default pages load Swagger UI and ReDoc from a CDN, blank without internet.
+    app = FastAPIOffline(
         title="mindflow recall API",
         version="1",
         summary="Long-term memory for AI agents: recall, resonance, search, facts, story, episodes.",
@@ -181,6 +191,10 @@ def create_app(
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> JSONResponse:
         return _error(404, str(exc))
+
+    @app.exception_handler(OutsideWorkspace)
+    async def outside(request: Request, exc: OutsideWorkspace) -> JSONResponse:
+        return _error(400, str(exc))
 
     @app.exception_handler(Conflict)
     async def conflict(request: Request, exc: Conflict) -> JSONResponse:
@@ -352,6 +366,13 @@ def create_app(
     app.include_router(loop_router(errors(401, 403, 422), errors(*BODY)))
     app.include_router(memories_router(errors(401, 403, 422)))
     app.include_router(ebooks_router(errors(*BODY, 401, 422)))
+    app.include_router(workspace_router(errors(401, 403, 422), errors(*BODY)))
+    mounted = None
+    if mcp:
+        from mindflow.api.mcp_server import PATH, MountedMCP
+
+        mounted = MountedMCP(app, scopes)
+        app.add_route(PATH, mounted, methods=["GET", "POST", "DELETE"], include_in_schema=False)
 
     model = _model_name(settings.embedding_model)
 

@@ -8,13 +8,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 from mindflow.errors import MindflowError
 from mindflow.inbox import BEING_ID_PATTERN, validate_being_id
 
 ALL_BEINGS = "*"
+# Declares the bearer scheme in the OpenAPI document, so /docs offers a field for the token.
+# The routes check the header themselves (auto_error=False): the same 401 message everywhere,
+# and a server without tokens (loopback only) ignores it.
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="A token of MINDFLOW_API_TOKENS (`token=beings`); ignored by a server without tokens.",
+)
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 _EXAMPLE = "MINDFLOW_API_TOKENS='tokA=ada,bram;tokB=*'"
 
 
@@ -115,6 +125,7 @@ async def authorized_being(
             openapi_examples={"ada": {"summary": "A being", "value": "ada"}},
         ),
     ],
+    _: Bearer = None,
 ) -> str:
     """401 without a known token, 422 for an invalid being id, 403 outside the token's beings.
 

@@ -1,4 +1,4 @@
-"""`POST /v1/ebooks/search`: hybrid search of the ebook index, with its request and response models.
+"""`POST /v1/ebooks/search`: hybrid search of the ebook index (its models live in `mindflow.api.models`).
 
 The ebook index belongs to no being: any known token may search it; without tokens the
 server is loopback-only, as for every other route.
@@ -10,43 +10,13 @@ import math
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
-from mindflow.api.auth import TokenScopes
-from mindflow.api.models import Count
-
-MAX_K = 50
+from mindflow.api.auth import Bearer, TokenScopes
+from mindflow.api.models import EbookHitOut, EbookSearchRequest, EbookSearchResponse
 
 
-class EbookSearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    query: str = Field(min_length=1, description="What to look for in the ebooks; plain words work best.")
-    k: Count = Field(default=5, ge=1, le=MAX_K)
-
-
-class EbookHitOut(BaseModel):
-    """One passage: a chunk of a document, where it sits, and its fused score."""
-
-    doc_id: str = Field(description="The document's path inside the ebook folder.")
-    title: str
-    author: str | None = None
-    chapter: str = Field(description="The chapter heading; empty for text before the first chapter.")
-    ordinal: int = Field(description="The chunk's position in its document, from 0.")
-    char_start: int = Field(description="Offset of the passage in the document's extracted text.")
-    char_end: int
-    text: str
-    score: float = Field(description="Reciprocal-rank fusion of the vector and full-text ranks.")
-    parts: dict[str, float] = Field(default={}, description="cosine, bm25 and each retriever's rank.")
-
-
-class EbookSearchResponse(BaseModel):
-    query: str
-    hits: list[EbookHitOut]
-
-
-async def authorized_token(request: Request) -> None:
+async def authorized_token(request: Request, _: Bearer = None) -> None:
     """401 without a known bearer token when the server has tokens; any token's scope will do."""
     scopes: TokenScopes = request.app.state.tokens
     if scopes.enabled:

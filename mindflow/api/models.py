@@ -282,6 +282,11 @@ class EpisodeIn(_Request):
     importance: StrictFloat | StrictInt | None = Field(default=None, description="0..1")
     confidence: StrictFloat | StrictInt | None = Field(default=None, description="0..1")
     source: StrictStr | None = None
+    trigger: Literal["remember", "forget", "reflect"] | None = Field(
+        default=None,
+        description="An explicit memory instruction, whoever the speaker (the `remember` tool sets "
+        "`remember`); without it, a user's text is searched for one.",
+    )
 
 
 class EpisodesRequest(_Request):
@@ -476,3 +481,99 @@ class MemoryHistory(BaseModel):
     memory_ref: str
     deleted: bool = Field(description="Deleted for good: only content-free rows remain.")
     entries: list[HistoryEntry]
+
+
+MAX_EBOOK_K = 50
+
+
+class EbookSearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, description="What to look for in the ebooks; plain words work best.")
+    k: Count = Field(default=5, ge=1, le=MAX_EBOOK_K)
+
+
+class EbookHitOut(BaseModel):
+    """One passage: a chunk of a document, where it sits, and its fused score."""
+
+    doc_id: str = Field(description="The document's path inside the ebook folder.")
+    title: str
+    author: str | None = None
+    chapter: str = Field(description="The chapter heading; empty for text before the first chapter.")
+    ordinal: int = Field(description="The chunk's position in its document, from 0.")
+    char_start: int = Field(description="Offset of the passage in the document's extracted text.")
+    char_end: int
+    text: str
+    score: float = Field(description="Reciprocal-rank fusion of the vector and full-text ranks.")
+    parts: dict[str, float] = Field(default={}, description="cosine, bm25 and each retriever's rank.")
+
+
+class EbookSearchResponse(BaseModel):
+    query: str
+    hits: list[EbookHitOut]
+
+
+class ContextBlockOut(BaseModel):
+    """One block of the being's context, ready to inject."""
+
+    id: Literal["1-A", "1-B", "2-B", "story"] = Field(
+        description="1-A: SOUL.md and think.md; 1-B: the last 7 days of diary and MEMORY.md; "
+        "2-B: the 5 most recently activated memories; story: STORY.md."
+    )
+    title: str
+    text: str = Field(description="Markdown; empty when the being has none of the block's files yet.")
+    tokens: int = Field(description="Estimated tokens of `text` (ASCII characters / 4, others one each).")
+    sources: list[str] = Field(default=[], description="The workspace files (or memory refs) it came from.")
+
+
+class ContextAlertOut(BaseModel):
+    file: str = Field(description="The critical file, e.g. `ada/SOUL.md`.")
+    change: Literal["changed", "new", "deleted"]
+    message: str = Field(description="What to tell the user, and how to keep or undo the change.")
+
+
+class ContextResponse(BaseModel):
+    being_id: str
+    now: UtcOut
+    blocks: list[ContextBlockOut]
+    memories: list[MemoryRecord] = Field(default=[], description="Block 2-B's memories, most recent first.")
+    alerts: list[ContextAlertOut] = Field(
+        default=[],
+        description="Critical files changed outside mindflow and not accepted: tell the user at the "
+        "start of the conversation.",
+    )
+    tokens: int = Field(description="Estimated tokens of all blocks returned.")
+
+
+class JournalSearchRequest(_Request):
+    query: str = Field(min_length=1, description="What to look for in the being's memory files.")
+    k: Count = Field(default=5, ge=1, le=MAX_K)
+
+
+class JournalHitOut(BaseModel):
+    """A chunk of a memory file: read it whole with `GET journal/{path}?start=&end=`."""
+
+    path: str = Field(description="Inside the being's folder: MEMORY.md, STORY.md, diary/<date>.md, ...")
+    kind: Literal["memory", "story", "think", "diary", "daily_log"]
+    heading: str = Field(description="The nearest Markdown heading above the chunk.")
+    line_start: int = Field(description="First line of the chunk (1-based).")
+    line_end: int = Field(description="Last line of the chunk (inclusive).")
+    text: str
+    score: float = Field(description="Reciprocal-rank fusion of the vector and full-text ranks.")
+    parts: dict[str, float] = Field(default={}, description="cosine, bm25 and each retriever's rank.")
+
+
+class JournalSearchResponse(BaseModel):
+    being_id: str
+    query: str
+    hits: list[JournalHitOut]
+
+
+class JournalFileOut(BaseModel):
+    being_id: str
+    path: str
+    kind: Literal["memory", "story", "think", "diary", "daily_log"]
+    text: str = Field(description="The lines asked for, joined by newlines.")
+    line_start: int = Field(description="First line returned (1-based).")
+    line_end: int = Field(description="Last line returned; line_start - 1 when none is.")
+    total_lines: int

@@ -1,0 +1,294 @@
+"""The MCP server driven by the official SDK's own client: over stdio (`mindflow mcp`, a real
+subprocess) and over streamable HTTP (`/mcp` on a real server on 127.0.0.1, with tokens)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from datetime import timedelta
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from test_api import run_pipeline, write_inbox
+from test_journal import write_files
+from test_rag import write_library
+
+from mindflow import journal_index, lance, store
+from mindflow.api import create_app
+from mindflow.api.resonance import HEADER
+from mindflow.api.server import BackgroundServer
+from mindflow.config import Settings
+from mindflow.models import utcnow
+from mindflow.rag.index import ReindexParams
+from mindflow.rag.index import reindex as reindex_ebooks
+
+TOKEN_ADA = "mcp-token-ada"
+TOKEN_ALL = "mcp-token-all"
+TOOLS = {
+    "recall", "resonance", "search_memory", "recall_memory", "facts", "story", "remember", "forget", "pin",
+    "get_context", "journal_memory_search", "journal_memory_get", "search_ebooks",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, embedder):
+    settings = Settings(home=tmp_path_factory.mktemp("mcp") / "home", _env_file=None)
+    write_inbox(
+        settings.inbox,
+        "ada",
+        [
+            (
+                "a1",
+                "2026-04-01T09:00:00Z",
+                "Lena fixed the flaky login test with a clock skew patch.",
+                "message",
+            ),
+            ("a2", "2026-04-02T09:00:00Z", "We moved the billing deploy to Tuesday mornings.", "decision"),
+            ("a3", "2026-04-03T09:00:00Z", "Lena planted basil next to the tomatoes.", "message"),
+            (
+                "a4",
+                "2026-04-04T09:00:00Z",
+                "Lena's old password hint was the name of her first dog.",
+                "message",
+            ),
+            (
+                "a5",
+                "2026-04-05T09:00:00Z",
+                "Lena told me the spare key hides under the blue flowerpot.",
+                "message",
+            ),
+        ],
+    )
+    write_inbox(
+        settings.inbox, "bram", [("b1", "2026-04-01T10:00:00Z", "Bram inspected the hives.", "message")]
+    )
+    run_pipeline(settings, embedder, ["ada", "bram"])
+    write_files(settings.workspace, "ada", utcnow().date())
+    write_library(settings.ebooks)
+    with store.connect(settings.duckdb_path) as con:
+        journal_index.reindex(con, lance.connect(settings.lance_path), settings.workspace, ["ada"], embedder)
+        reindex_ebooks(
+            con,
+            lance.connect(settings.lance_path),
+            settings.ebooks,
+            embedder,
+            ReindexParams(chunk_tokens=48, chunk_overlap=8, keep_versions=timedelta(days=1)),
+        )
+    app = create_app(settings, tokens={TOKEN_ADA: ["ada"], TOKEN_ALL: "*"})
+    with BackgroundServer(app) as server:
+        yield settings, server
+
+
+def http_client(url: str, token: str | None) -> Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return Client(
+        streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(headers=headers, timeout=60))
+    )
+
+
+def structured(result) -> dict:
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+def error_text(result) -> str:
+    assert result.is_error, result
+    return " ".join(c.text for c in result.content)
+
+
+async def exercise_every_tool(client: Client, being: dict, remembered: str, forget_words: str) -> None:
+    """List the tools, then call each one with valid input and check what it answers."""
+    listed = (await client.list_tools()).tools
+    assert {t.name for t in listed} == TOOLS
+    for tool in listed:
+        assert tool.description and len(tool.description) > 40, tool.name
+        assert tool.input_schema["type"] == "object", tool.name
+        if tool.name != "search_ebooks":
+            assert "being" in tool.input_schema["properties"], tool.name
+    by_name = {t.name: t for t in listed}
+    assert by_name["recall"].input_schema["required"] == ["query"]
+    assert by_name["forget"].input_schema["properties"]["confirm"]
+
+    found = structured(await client.call_tool("recall", {**being, "query": "flaky login test", "k": 3}))
+    assert "clock skew" in found["memories"][0]["text"]
+    cluster = next(m["cluster_id"] for m in found["memories"] if m["cluster_id"])
+
+    resonance = structured(await client.call_tool("resonance", {**being, "query": "how is the login test?"}))
+    assert HEADER in resonance["text"] and "clock skew" in resonance["text"] and resonance["items"]
+
+    keywords = structured(await client.call_tool("search_memory", {**being, "query": "basil tomatoes"}))
+    assert any("basil" in m["text"] for m in keywords["memories"])
+
+    clustered = structured(await client.call_tool("recall_memory", {**being, "cluster_id": cluster}))
+    assert clustered["cluster_id"] == cluster and clustered["memories"]
+
+    facts = structured(await client.call_tool("facts", {**being, "q": "Lena"}))
+    assert facts["being_id"] == "ada" and isinstance(facts["facts"], list)
+    assert "give `entity`" in error_text(await client.call_tool("facts", being))
+
+    story = await client.call_tool("story", being)
+    assert not story.is_error and "greenhouse" in story.content[0].text
+
+    stored = structured(await client.call_tool("remember", {**being, "text": remembered, "importance": 0.9}))
+    assert len(stored["ids"]) == 1
+    recalled = structured(await client.call_tool("recall", {**being, "query": remembered, "k": 1}))
+    fresh = recalled["memories"][0]
+    assert fresh["text"] == remembered and fresh["trigger"] == "remember" and fresh["fresh"]
+
+    ref = found["memories"][0]["memory_ref"]
+    assert structured(await client.call_tool("pin", {**being, "ref": ref}))["pinned"] is True
+    assert (
+        structured(await client.call_tool("pin", {**being, "ref": ref, "pinned": False}))["pinned"] is False
+    )
+    assert "404" in error_text(await client.call_tool("pin", {**being, "ref": "n-no-such-memory"}))
+
+    proposal = structured(await client.call_tool("forget", {**being, "query": forget_words}))
+    assert proposal["status"] == "pending" and proposal["candidates"]
+    target = next(c for c in proposal["candidates"] if c["store"] == "memory")
+    done = structured(
+        await client.call_tool(
+            "forget",
+            {**being, "proposal_id": proposal["proposal_id"], "refs": [target["ref"]], "confirm": True},
+        )
+    )
+    assert done["status"] == "approved" and done["forgotten"] == [target["ref"]]
+    after = structured(await client.call_tool("recall", {**being, "query": forget_words, "k": 10}))
+    assert target["ref"] not in [m["memory_ref"] for m in after["memories"]]
+    assert "step 2 needs `confirm`" in error_text(
+        await client.call_tool("forget", {**being, "proposal_id": proposal["proposal_id"]})
+    )
+
+    context = structured(await client.call_tool("get_context", {**being, "blocks": ["1-A", "2-B"]}))
+    assert [b["id"] for b in context["blocks"]] == ["1-A", "2-B"] and "I speak plainly" in context["blocks"][
+        0
+    ]["text"]
+
+    hits = structured(
+        await client.call_tool("journal_memory_search", {**being, "query": "PostgreSQL ledger"})
+    )
+    assert hits["hits"][0]["path"] == "memory/2026-03-02.md"
+    read = structured(
+        await client.call_tool("journal_memory_get", {**being, "path": "MEMORY.md", "start": 5, "end": 6})
+    )
+    assert read["line_start"] == 5 and "Critical Facts" in read["text"]
+
+    ebooks = structured(
+        await client.call_tool("search_ebooks", {"query": "camels crossing the dunes", "k": 2})
+    )
+    assert ebooks["hits"][0]["title"] == "Voyages"
+
+
+async def refuses_hostile_input(client: Client, being: dict) -> None:
+    """Bad input is a tool error with the API's message; the server keeps serving."""
+    for path in ("../bram/MEMORY.md", "/etc/passwd", "SOUL.md", "diary/../../../outside.md"):
+        message = error_text(await client.call_tool("journal_memory_get", {**being, "path": path}))
+        assert "400" in message, (path, message)
+    invalid = await client.call_tool("recall", {**being, "query": "x", "k": 0})
+    assert invalid.is_error  # refused by the tool's input schema
+    assert not (await client.call_tool("story", being)).is_error  # still serving
+
+
+def test_http_lists_and_calls_every_tool(world):
+    settings, server = world
+
+    async def main():
+        async with http_client(server.url, TOKEN_ADA) as client:
+            await exercise_every_tool(
+                client, {"being": "ada"}, "Lena's cat is called Pixel.", "spare key flowerpot"
+            )
+            await refuses_hostile_input(client, {"being": "ada"})
+            assert "give `being`" in error_text(await client.call_tool("recall", {"query": "x"}))
+
+    asyncio.run(main())
+
+
+def test_http_scopes_the_token_and_refuses_hostile_beings(world):
+    _, server = world
+
+    async def main():
+        async with http_client(server.url, TOKEN_ADA) as client:
+            other = error_text(await client.call_tool("recall", {"being": "bram", "query": "hives"}))
+            assert "403" in other and "does not cover being 'bram'" in other
+            for hostile in ("../bram", "ADA", "ada/../bram", "a" * 65, "ada\x00", ""):
+                message = error_text(await client.call_tool("recall", {"being": hostile, "query": "hives"}))
+                assert "hives" not in message.replace("'hives'", "") and "Bram inspected" not in message
+            assert "invalid being id" in error_text(await client.call_tool("story", {"being": "../bram"}))
+        async with http_client(server.url, TOKEN_ALL) as client:
+            hives = structured(await client.call_tool("recall", {"being": "bram", "query": "hives"}))
+            assert "hives" in hives["memories"][0]["text"]
+
+    asyncio.run(main())
+
+
+def test_http_without_a_known_token_is_refused(world):
+    _, server = world
+    for headers in ({}, {"Authorization": "Bearer not-a-token"}, {"Authorization": f"Basic {TOKEN_ADA}"}):
+        answer = httpx.post(
+            f"{server.url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Accept": "application/json, text/event-stream", **headers},
+        )
+        assert answer.status_code == 401 and answer.json()["error"] == "missing or unknown bearer token"
+
+    async def main():
+        async with http_client(server.url, None) as client:
+            await client.list_tools()
+
+    with pytest.raises(BaseException) as refused:
+        asyncio.run(main())
+    # The SDK's client reports the 401 as an error response; it never sees the tools.
+    assert any(m.startswith("MCPError: ") for m in messages(refused.value)), messages(refused.value)
+
+
+def messages(exc: BaseException) -> list[str]:
+    """The messages of an exception, its causes and the members of exception groups."""
+    found = [f"{type(exc).__name__}: {exc}"]
+    for inner in getattr(exc, "exceptions", ()):
+        found += messages(inner)
+    if exc.__cause__ is not None:
+        found += messages(exc.__cause__)
+    return found
+
+
+def test_stdio_lists_and_calls_every_tool(world):
+    settings, _ = world
+    env = {
+        "MINDFLOW_HOME": str(settings.home),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "MINDFLOW_MODELS_DIR": str(settings.models),
+        "PATH": os.environ.get("PATH", ""),
+    }
+
+    async def main():
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "mindflow.cli", "mcp"], env=env, cwd=str(settings.home)
+        )
+        async with Client(params) as client:
+            await exercise_every_tool(
+                client, {"being": "ada"}, "Lena's bike is a green Gazelle.", "password hint dog"
+            )
+            await refuses_hostile_input(client, {"being": "ada"})
+        fixed = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "mindflow.cli", "mcp", "--being", "ada"],
+            env=env,
+            cwd=str(settings.home),
+        )
+        async with Client(fixed) as client:
+            story = await client.call_tool("story", {})
+            assert not story.is_error and "greenhouse" in story.content[0].text
+            other = error_text(await client.call_tool("recall", {"being": "bram", "query": "hives"}))
+            assert "serves being 'ada' only" in other
+            hostile = error_text(await client.call_tool("journal_memory_get", {"path": "../bram/MEMORY.md"}))
+            assert "400" in hostile
+
+    asyncio.run(main())
