@@ -201,6 +201,8 @@ def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
     nodes_before = _node_count(settings)
     proposal_id = _confirm_permanent(settings)
     assert _grep(settings.resolved_home, PHRASE)  # still there until the job runs
+    # The narrative run indexed MEMORY.md and STORY.md for journal_memory_search: the phrase too.
+    assert "journal_chunks" in _lance_hits(settings, PHRASE)
 
     [summary] = run_job(settings, "forget")
     assert summary.success and "erasures:" in summary.changes

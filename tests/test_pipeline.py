@@ -138,6 +138,7 @@ def test_definitions_load_and_every_asset_is_described():
         "memories",
         "story",
         "core_memory",
+        "journal_chunks",
         "audit_archive",
         "ebook_chunks",
         "erasures",

@@ -15,7 +15,9 @@ memories on every server at once) is carried out by the `forget` job, in this or
    full-text index holds the words), then every older version and unverified file removed;
 5. workspace: the STORY.md chapters that tell a deleted episode narrated again without it
    (mechanically), MEMORY.md rebuilt, other lines holding the texts removed, each an
-   audited commit;
+   audited commit; then the being's rows of `journal_chunks` (chunks of those files, read
+   before they were rewritten) removed the same way as in step 4, and its `journal_files`
+   rows, so the next index reads the rewritten files;
 6. audit: one DELETE row with the refs and the sha256 of each deleted text, never the text;
 7. git: the workspace history rewritten so no commit holds a text, old objects pruned;
 8. duckdb: the rows deleted, history rows of the refs kept without their content plus a
@@ -115,6 +117,7 @@ class EraseReport:
     lance_versions_removed: int = 0
     # workspace
     chapters_renarrated: int = 0
+    journal_rows: int = 0  # chunks of the being's memory files removed (indexed again later)
     workspace_lines: int = 0
     commits_rewritten: int = 0
     blobs_rewritten: int = 0
@@ -234,6 +237,7 @@ def erase(
     erase_lance(settings, plan, report)
     report.steps.append("lance")
     erase_workspace(con, settings, plan, report, run_id, llm)
+    erase_journal_index(con, settings, plan, report)
     report.steps.append("workspace")
     audit_deletion(con, settings, plan, run_id)
     report.steps.append("audit")
@@ -599,6 +603,34 @@ def _reindex(table, name: str, indexes: list[tuple[str, list[str]]]) -> None:
 
 
 # --------------------------------------------------------------------------- 5. workspace
+
+
+def erase_journal_index(
+    con: duckdb.DuckDBPyConnection, settings: Settings, plan: Plan, report: EraseReport
+) -> None:
+    """Every chunk of the being's memory files out of `journal_chunks` (a new table version
+    without them, older versions removed), and their `journal_files` rows: the chunks were cut
+    from the files before this step rewrote them. The journal_files_sensor (or the next
+    narrative run) indexes the rewritten files; until then journal_memory_search finds none."""
+    from mindflow import journal_index
+
+    con.execute("DELETE FROM journal_files WHERE being_id = ?", [plan.being_id])
+    if not settings.lance_path.is_dir():
+        return
+    table = lance.open_table(lance.connect(settings.lance_path), journal_index.TABLE)
+    if table is None:
+        return
+    left = table.count_rows(lance.where(being_id=plan.being_id))
+    if left:
+        import pyarrow.compute as pc
+
+        indexes = [(i.index_type, list(i.columns)) for i in table.list_indices()]
+        data = table.to_arrow()
+        table.add(data.filter(pc.not_equal(data["being_id"], plan.being_id)), mode="overwrite")
+        _reindex(table, journal_index.TABLE, indexes)
+        report.journal_rows += left
+    if len(table.list_versions()) > 1:
+        _cleanup(table)
 
 
 def erase_workspace(
