@@ -356,3 +356,18 @@ def test_context_alerts_when_a_critical_file_changed_outside_mindflow(served):
             record.unlink()
         else:
             record.write_bytes(previous)
+
+
+def test_the_client_reads_the_context_and_the_memory_files(served):
+    from mindflow.client import MindflowClient, MindflowClientError
+
+    with MindflowClient(served[1].url, token=TOKEN_ADA) as memory:
+        context = memory.get_context("ada", blocks=["1-B"])
+        assert [b.id for b in context.blocks] == ["1-B"] and context.tokens == context.blocks[0].tokens
+        hits = memory.journal_memory_search("ada", "PostgreSQL ledger", k=2).hits
+        assert hits[0].path == "memory/2026-03-02.md"
+        part = memory.journal_memory_get("ada", hits[0].path, start=hits[0].line_start, end=hits[0].line_end)
+        assert part.text == hits[0].text
+        with pytest.raises(MindflowClientError) as refused:
+            memory.journal_memory_get("ada", "../bram/MEMORY.md")
+        assert refused.value.status == 400 and "leaves the being's folder" in refused.value.message
