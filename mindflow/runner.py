@@ -79,6 +79,7 @@ SUMMARY_KEYS = {
     "core_memory": ("modes", "max_tokens", "pinned"),
     "audit_archive": ("digested", "months", "pruned_table_rows"),
     "ebook_chunks": ("documents", "chunks", "new", "changed", "removed", "failed", "seconds"),
+    "journal_chunks": ("files", "chunks", "new", "changed", "removed", "unchanged", "embedded"),
     "erasures": ("proposals", "refs", "episodes", "lance_rows", "commits_rewritten", "seconds"),
 }
 
