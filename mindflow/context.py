@@ -13,14 +13,13 @@ next conversation start. No DuckDB: the read API never opens it.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from mindflow import journal_files, records
 from mindflow.audit.record import UNREADABLE, read_workspace_record
-from mindflow.audit.trail import CRITICAL_NAMES, INTEGRITY
+from mindflow.audit.trail import CRITICAL_NAMES, INTEGRITY, _sha256
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
 from mindflow.llm.budget import estimate_tokens
@@ -87,11 +86,7 @@ def _read(workspace: Path, being_id: str, name: str) -> tuple[str, str | None]:
     A file that is a link leading out of the folder is not read."""
     folder = journal_files.being_folder(workspace, being_id)
     file = folder / name
-    try:
-        inside = file.resolve().is_relative_to(folder.resolve())
-    except OSError:
-        return "", None
-    if not inside or not file.is_file():
+    if not journal_files.inside(folder, file) or not file.is_file():
         return "", None
     return journal_files.read_text(file).strip(), f"{being_id}/{name}"
 
@@ -141,8 +136,7 @@ def alerts(settings: Settings, being_id: str) -> list[Alert]:
     found = []
     for name in CRITICAL_NAMES:
         key = f"{being_id}/{name}"
-        file = settings.workspace / key
-        sha = hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None
+        sha = _sha256(settings.workspace / key)  # None when missing, as the integrity check reads it
         approved = record.get(key)
         if sha == approved:
             continue

@@ -54,10 +54,11 @@ def kind_of(path: str) -> str | None:
     return None
 
 
-def _inside(folder: Path, file: Path) -> bool:
+def inside(folder: Path, file: Path) -> bool:
+    """Does `file`, links followed, stay inside `folder`? A link loop does not."""
     try:
         file.resolve(strict=False).relative_to(folder.resolve(strict=False))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):
         return False
     return True
 
@@ -79,7 +80,7 @@ def resolve(workspace: Path, being_id: str, path: str) -> MemoryFile:
             "or memory/<date>.md"
         )
     file = folder / rel
-    if not _inside(folder, file):
+    if not inside(folder, file):
         raise OutsideWorkspace(f"{rel!r} is a link that leads out of the being's folder")
     if not file.is_file():
         raise NotFound(f"{being_id} has no {rel} yet")
@@ -94,12 +95,12 @@ def memory_files(workspace: Path, being_id: str) -> dict[str, MemoryFile]:
         return found
     candidates = [folder / name for name in TOP_FILES]
     for sub in FOLDERS:
-        if (folder / sub).is_dir() and _inside(folder, folder / sub):
+        if (folder / sub).is_dir() and inside(folder, folder / sub):
             candidates += sorted((folder / sub).glob("*.md"))
     for file in candidates:
         rel = file.relative_to(folder).as_posix()
         kind = kind_of(rel)
-        if kind is not None and file.is_file() and _inside(folder, file):
+        if kind is not None and file.is_file() and inside(folder, file):
             found[rel] = MemoryFile(rel, kind, file)
     return found
 

@@ -340,29 +340,21 @@ def search(table, being_id: str, query: str, query_vector: np.ndarray, k: int = 
         .to_arrow()
         .to_pylist()
     )
-    by_text = primitives.text_candidates(table, query, where, limit, COLUMNS)
+    text = primitives.text_candidates(table, query, where, limit, COLUMNS)
+    by_text = text.to_pylist() if text is not None else []
+
+    def key(row: dict) -> tuple[str, int]:
+        return row["path"], row["line_start"]
+
     rows: dict[tuple[str, int], dict] = {}
-    ranks: tuple[dict, dict] = ({}, {})
-    cosine: dict[tuple[str, int], float] = {}
-    bm25: dict[tuple[str, int], float] = {}
-    for rank, row in enumerate(by_vector):
-        at = (row["path"], row["line_start"])
-        rows.setdefault(at, row)
-        ranks[0].setdefault(at, rank)
-        cosine[at] = 1.0 - float(row["_distance"])
-    for rank, row in enumerate(by_text.to_pylist() if by_text is not None else []):
-        at = (row["path"], row["line_start"])
-        rows.setdefault(at, row)
-        ranks[1].setdefault(at, rank)
-        bm25[at] = float(row["_score"])
-    if not rows:
-        return []
-    keys = list(rows)
-    fused = rerank.rrf([np.array([r.get(at, -1) for at in keys]) for r in ranks], [1.0, 1.0], rrf_k)
+    for row in by_vector + by_text:
+        rows.setdefault(key(row), row)
+    cosine = {key(row): 1.0 - float(row["_distance"]) for row in by_vector}
+    bm25 = {key(row): float(row["_score"]) for row in by_text}
+    fused = rerank.fuse_ranked([[key(r) for r in by_vector], [key(r) for r in by_text]], [1.0, 1.0], rrf_k)
     hits = []
-    for i in np.argsort(-fused, kind="stable")[:k]:
-        at = keys[int(i)]
-        row = rows[at]
+    for found in fused[:k]:
+        row = rows[found.key]
         hits.append(
             JournalHit(
                 path=row["path"],
@@ -371,12 +363,12 @@ def search(table, being_id: str, query: str, query_vector: np.ndarray, k: int = 
                 line_start=int(row["line_start"]),
                 line_end=int(row["line_end"]),
                 text=row["text"],
-                score=float(fused[int(i)]),
+                score=found.score,
                 parts={
-                    "cosine": cosine.get(at, 0.0),
-                    "bm25": bm25.get(at, 0.0),
-                    "vector_rank": float(ranks[0].get(at, -1)),
-                    "text_rank": float(ranks[1].get(at, -1)),
+                    "cosine": cosine.get(found.key, 0.0),
+                    "bm25": bm25.get(found.key, 0.0),
+                    "vector_rank": float(found.ranks[0]),
+                    "text_rank": float(found.ranks[1]),
                 },
             )
         )

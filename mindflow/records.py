@@ -449,7 +449,7 @@ def recently_activated(
     order = pc.sort_indices(pa.table({"when": when}), sort_keys=[("when", "descending", "at_end")])
     chosen = []
     for i in order.to_pylist():
-        if not state.hides(refs[i], episodes[i] or ()) and not state.is_deleted(refs[i], episodes[i] or ()):
+        if not state.hides(refs[i], episodes[i] or ()):  # hidden: forgotten or deleted
             chosen.append(refs[i])
             if len(chosen) == k:
                 break

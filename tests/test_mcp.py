@@ -15,8 +15,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from test_api import run_pipeline, write_inbox
-from test_journal import write_files
+from test_api import run_pipeline
+from test_journal import write_beings_inbox, write_files
 from test_rag import write_library
 
 from mindflow import journal_index, lance, store
@@ -39,18 +39,9 @@ TOOLS = {
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, embedder):
     settings = Settings(home=tmp_path_factory.mktemp("mcp") / "home", _env_file=None)
-    write_inbox(
-        settings.inbox,
-        "ada",
+    write_beings_inbox(
+        settings,
         [
-            (
-                "a1",
-                "2026-04-01T09:00:00Z",
-                "Lena fixed the flaky login test with a clock skew patch.",
-                "message",
-            ),
-            ("a2", "2026-04-02T09:00:00Z", "We moved the billing deploy to Tuesday mornings.", "decision"),
-            ("a3", "2026-04-03T09:00:00Z", "Lena planted basil next to the tomatoes.", "message"),
             (
                 "a4",
                 "2026-04-04T09:00:00Z",
@@ -64,9 +55,6 @@ def world(tmp_path_factory, embedder):
                 "message",
             ),
         ],
-    )
-    write_inbox(
-        settings.inbox, "bram", [("b1", "2026-04-01T10:00:00Z", "Bram inspected the hives.", "message")]
     )
     run_pipeline(settings, embedder, ["ada", "bram"])
     write_files(settings.workspace, "ada", utcnow().date())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from mindflow.recall import Memory
+from mindflow.recall import Memory, rerank
 
 HEADER = "[SUBCONSCIOUS RESONANCE]"
 FENCE = "---"
@@ -163,14 +163,12 @@ def fuse(ranked_lists: list[list[Memory]]) -> list[Memory]:
     """One relevance order from the results of several queries (reciprocal rank fusion)."""
     if len(ranked_lists) == 1:
         return ranked_lists[0]
-    score: dict[str, float] = {}
-    first: dict[str, Memory] = {}
+    by_ref: dict[str, Memory] = {}
     for found in ranked_lists:
-        for rank, memory in enumerate(found):
-            score[memory.memory_ref] = score.get(memory.memory_ref, 0.0) + 1.0 / (RRF_K + rank + 1)
-            first.setdefault(memory.memory_ref, memory)
-    order = sorted(score, key=lambda ref: -score[ref])
-    return [first[ref] for ref in order]
+        for memory in found:
+            by_ref.setdefault(memory.memory_ref, memory)
+    refs = [[m.memory_ref for m in found] for found in ranked_lists]
+    return [by_ref[f.key] for f in rerank.fuse_ranked(refs, [1.0] * len(refs), RRF_K)]
 
 
 def line(full_label: str, item: Memory | GraphFact) -> str:

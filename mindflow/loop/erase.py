@@ -620,15 +620,10 @@ def erase_journal_index(
     table = lance.open_table(lance.connect(settings.lance_path), journal_index.TABLE)
     if table is None:
         return
-    left = table.count_rows(lance.where(being_id=plan.being_id))
-    if left:
-        import pyarrow.compute as pc
-
-        indexes = [(i.index_type, list(i.columns)) for i in table.list_indices()]
-        data = table.to_arrow()
-        table.add(data.filter(pc.not_equal(data["being_id"], plan.being_id)), mode="overwrite")
-        _reindex(table, journal_index.TABLE, indexes)
-        report.journal_rows += left
+    # Every row of the being: the one column's value is the being itself.
+    report.journal_rows += _rewrite_without(
+        table, journal_index.TABLE, "being_id", {plan.being_id}, plan.being_id
+    )
     if len(table.list_versions()) > 1:
         _cleanup(table)
 

@@ -78,43 +78,29 @@ def search_chunks(
     if table is None or k <= 0:
         return []
     limit = max(config.candidates, k)
-    by_vector = _vector_candidates(table, query_vector, limit)
-    by_text = primitives.text_candidates(table, query, "TRUE", limit, COLUMNS)
+    by_vector = _vector_candidates(table, query_vector, limit).to_pylist()
+    text = primitives.text_candidates(table, query, "TRUE", limit, COLUMNS)
+    by_text = text.to_pylist() if text is not None else []
+
+    def key(row: dict) -> tuple[str, int]:
+        return row["doc_id"], row["ordinal"]
+
     rows: dict[tuple[str, int], dict] = {}
-    vector_rank: dict[tuple[str, int], int] = {}
-    text_rank: dict[tuple[str, int], int] = {}
-    cosine: dict[tuple[str, int], float] = {}
-    bm25: dict[tuple[str, int], float] = {}
-    for rank, row in enumerate(by_vector.to_pylist()):
-        key = (row["doc_id"], row["ordinal"])
-        rows.setdefault(key, row)
-        vector_rank.setdefault(key, rank)
-        cosine[key] = float(row["cosine"])
-    if by_text is not None:
-        for rank, row in enumerate(by_text.to_pylist()):
-            key = (row["doc_id"], row["ordinal"])
-            rows.setdefault(key, row)
-            text_rank.setdefault(key, rank)
-            bm25[key] = float(row["_score"])
-    if not rows:
-        return []
-    keys = list(rows)
-    fused = rerank.rrf(
-        [
-            np.array([vector_rank.get(key, -1) for key in keys]),
-            np.array([text_rank.get(key, -1) for key in keys]),
-        ],
+    for row in by_vector + by_text:
+        rows.setdefault(key(row), row)
+    cosine = {key(row): float(row["cosine"]) for row in by_vector}
+    bm25 = {key(row): float(row["_score"]) for row in by_text}
+    fused = rerank.fuse_ranked(
+        [[key(r) for r in by_vector], [key(r) for r in by_text]],
         [config.vector_weight, config.text_weight],
         config.rrf_k,
     )
-    order = np.argsort(-fused, kind="stable")
     hits = []
     kept: list[tuple[str, str, set[str]]] = []
-    for i in order:
+    for found in fused:
         if len(hits) == k:
             break
-        key = keys[int(i)]
-        row = rows[key]
+        row = rows[found.key]
         words = set(_WORD.findall(row["text"].lower()))
         if any(
             title == row["title"] and chapter == row["chapter"] and _jaccard(words, other) >= config.duplicate
@@ -132,12 +118,12 @@ def search_chunks(
                 char_start=int(row["char_start"]),
                 char_end=int(row["char_end"]),
                 text=row["text"],
-                score=float(fused[int(i)]),
+                score=found.score,
                 parts={
-                    "cosine": cosine.get(key, 0.0),
-                    "bm25": bm25.get(key, 0.0),
-                    "vector_rank": float(vector_rank.get(key, -1)),
-                    "text_rank": float(text_rank.get(key, -1)),
+                    "cosine": cosine.get(found.key, 0.0),
+                    "bm25": bm25.get(found.key, 0.0),
+                    "vector_rank": float(found.ranks[0]),
+                    "text_rank": float(found.ranks[1]),
                 },
             )
         )

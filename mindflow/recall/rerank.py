@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
@@ -16,6 +18,31 @@ def rrf(ranks: list[np.ndarray], weights: list[float], k: int) -> np.ndarray:
         present = rank >= 0
         score[present] += weight / (k + rank[present] + 1)
     return score
+
+
+@dataclass(frozen=True)
+class Fused:
+    key: Hashable
+    score: float
+    ranks: tuple[int, ...]  # the key's rank in each list, -1 where it is absent
+
+
+def fuse_ranked(rankings: Sequence[Sequence[Hashable]], weights: Sequence[float], k: int) -> list[Fused]:
+    """The keys of several ranked lists, best first by `rrf`; ties keep the order first seen."""
+    ranks: list[dict[Hashable, int]] = []
+    for ranking in rankings:
+        first: dict[Hashable, int] = {}
+        for rank, key in enumerate(ranking):
+            first.setdefault(key, rank)
+        ranks.append(first)
+    keys = list(dict.fromkeys(key for ranking in rankings for key in ranking))
+    if not keys:
+        return []
+    score = rrf([np.array([r.get(key, -1) for key in keys]) for r in ranks], list(weights), k)
+    return [
+        Fused(keys[i], float(score[i]), tuple(r.get(keys[i], -1) for r in ranks))
+        for i in np.argsort(-score, kind="stable")
+    ]
 
 
 def weighted(scores: list[np.ndarray], weights: list[float]) -> np.ndarray:
