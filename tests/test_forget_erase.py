@@ -329,8 +329,8 @@ def _consistent(settings: Settings, world: World) -> None:
         assert ref in nodes and ref in published and episode in episodes
 
 
-def _progress(settings: Settings, world: World) -> set[str]:
-    """Which stores no longer hold the deleted memory (a kill between steps leaves some)."""
+def _visible_progress(settings: Settings, world: World) -> set[str]:
+    """Which file stores no longer hold the deleted memory, read while a run may be writing them."""
     done = set()
     if world.refs["a02"] not in _refs(settings).values():
         done.add("lance")
@@ -338,32 +338,54 @@ def _progress(settings: Settings, world: World) -> set[str]:
         done.add("workspace")
     if PHRASE not in _git(settings, "log", "--all", "-p"):
         done.add("git")
+    return done
+
+
+def _progress(settings: Settings, world: World) -> set[str]:
+    """Which stores no longer hold the deleted memory (a kill between steps leaves some)."""
+    done = _visible_progress(settings, world)
     with store.connect(settings.duckdb_path, read_only=True) as con:
         if not con.execute("SELECT count(*) FROM episodes WHERE episode_id = 'a02'").fetchone()[0]:
             done.add("duckdb")
     return done
 
 
+def _run_until_a_step_lands(env: dict[str, str], settings: Settings, world: World, before: set[str]) -> None:
+    """Start `mindflow run forget` and kill -9 it as soon as one more store is visibly erased.
+
+    Watching the stores rather than a clock puts the kill just after a step on any machine speed; a
+    run that shows nothing new (the DuckDB steps at the end) is left to finish.
+    """
+    proc = subprocess.Popen(
+        [str(MINDFLOW), "run", "forget"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            seen = _visible_progress(settings, world)
+        except (subprocess.CalledProcessError, OSError, ValueError, RuntimeError):
+            seen = before  # caught a store mid-write: look again
+        if seen - before:
+            break
+        time.sleep(0.01)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def test_a_killed_forget_run_finishes_when_run_again(copy, world):
     settings = copy
     proposal_id = _confirm_permanent(settings)
     env = {**os.environ, **_env(settings.resolved_home), "HF_HUB_OFFLINE": "1"}
-    # A run takes ~3 s here, most of it starting Dagster: kills from early in the erase to its end,
-    # each run starting over from what the killed ones left.
+    # Each run is killed just after it erases one more store, and starts over from what the killed
+    # ones left; the run that has nothing visible left to erase finishes the DuckDB steps.
     midway = []
-    for offset in [2.0 + 0.25 * i for i in range(20)]:
-        proc = subprocess.Popen(
-            [str(MINDFLOW), "run", "forget"],
-            env=env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            proc.wait(timeout=offset)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    for _ in range(8):
+        _run_until_a_step_lands(env, settings, world, _progress(settings, world))
         _consistent(settings, world)
         if ProposalStore(settings.proposals).get("ada", proposal_id).applied_at is not None:
             break
