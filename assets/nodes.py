@@ -65,6 +65,7 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
     """Scenes extracted from a being's episodes: by the extraction model in batches when one is
     configured (with entities, facts and relations), else one scene per episode."""
     from mindflow import extraction
+    from mindflow.reflection.modes import in_review
 
     per_being = {}
     llm, llm_meta = resolve_llm(context, duckdb.settings(), "extraction")
@@ -74,7 +75,7 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
         for being_id in context.partition_keys:
             if llm is not None:
                 report = extraction.extract(
-                    con, being_id, llm, utcnow(),
+                    con, being_id, llm, utcnow(), supersede=not in_review(duckdb.settings(), being_id),
                     progress=lambda done, total, b=being_id: context.log.info(
                         f"{b}: extracted batch {done}/{total}"
                     ),
@@ -110,6 +111,7 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
             "pending",
             "facts_new",
             "facts_superseded",
+            "facts_flagged",
             "relations",
             "aliases",
         ):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -192,6 +193,10 @@ class Settings(BaseSettings):
     )
     llm_narrative: str | None = Field(default=None, description="Model for STORY.md / MEMORY.md.")
     llm_patrol: str | None = Field(default=None, description="Model for the patrol's ❹ ❻ roots, diary.")
+    llm_reflection: str | None = Field(
+        default=None,
+        description="Model for reflection: meta-reflection, merge judgement, procedures, MEMORY.md.",
+    )
     llm_extraction: str | None = Field(default=None, description="Model for scene and fact extraction.")
     llm_resonance: str | None = Field(
         default=None,
@@ -246,6 +251,39 @@ class Settings(BaseSettings):
     )
     narrative_lock_timeout_s: float = Field(
         default=300.0, description="How long a STORY.md writer waits for another one (STORY.md.lock)."
+    )
+
+    # Reflection and approval (Moltbot), mindflow/reflection/.
+    approval_mode: Literal["auto", "review"] = Field(
+        default="auto",
+        description="auto: reflection, consolidation, fact supersession and MEMORY.md rewrites apply "
+        "directly. review: each becomes a pending proposal and nothing applies until a person decides.",
+    )
+    approval_modes: str = Field(
+        default="",
+        description="Per-being overrides of approval_mode: 'ada=review,bram=auto'.",
+    )
+    subagent_mode: Literal["auto", "batch", "manual"] = Field(
+        default="batch",
+        description="Sub-agent proposals: auto commits those without a conflict, batch (the default) "
+        "lists them in the next reflection's summary, manual leaves them to one-by-one decisions.",
+    )
+    reflection_session_gap_min: float = Field(
+        default=30.0, gt=0, description="A session has ended after this many minutes without an episode."
+    )
+    reflection_max_unprocessed: int = Field(
+        default=200, ge=1, description="The reflection sensor starts a cycle past this many new episodes."
+    )
+    reflection_budget_tokens: int = Field(
+        default=8_000,
+        ge=500,
+        description="Output tokens one reflection cycle may write (models and summary).",
+    )
+    reflection_merge_cosine: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Two active memories of one cluster at or above this cosine are proposed as a merge.",
     )
 
     @cached_property

@@ -37,6 +37,7 @@ class CoreMemoryReport:
     dropped: int = 0  # candidate lines that did not fit under the cap
     changed: bool = False
     error: str | None = None
+    proposal_id: str | None = None  # review mode: the pending MEMORY.md rewrite
 
 
 @dataclass
@@ -277,16 +278,15 @@ def render(
     return text, count(text), dropped
 
 
-def build_core_memory(
+def compose_core_memory(
     con: duckdb.DuckDBPyConnection,
     settings: Settings,
     being_id: str,
     *,
     llm=None,
     run_id: str | None = None,
-    trigger: str = "manual",
-) -> CoreMemoryReport:
-    """Write workspace/<being>/MEMORY.md: mechanically, or rewritten by `llm` from the mechanical draft.
+) -> tuple[str, CoreMemoryReport]:
+    """The MEMORY.md the being's stores call for now (mechanical, or rewritten by `llm`), unwritten.
 
     The being's marks are folded in first: a memory forgotten since the last run leaves
     MEMORY.md now, a pinned one takes its place among the Critical Facts."""
@@ -308,13 +308,39 @@ def build_core_memory(
         name: len(re.findall(r"^- ", block, re.MULTILINE))
         for name, block in zip(BLOCKS, re.split(r"^## .+$", text, flags=re.MULTILINE)[1:], strict=False)
     }
+    return text, report
+
+
+def build_core_memory(
+    con: duckdb.DuckDBPyConnection,
+    settings: Settings,
+    being_id: str,
+    *,
+    llm=None,
+    run_id: str | None = None,
+    trigger: str = "manual",
+    review: bool | None = None,
+) -> CoreMemoryReport:
+    """Write workspace/<being>/MEMORY.md: mechanically, or rewritten by `llm` from the mechanical draft.
+
+    A being in review mode (`review` None reads its approval mode) gets a pending `core`
+    proposal with the diff instead: MEMORY.md changes once a person approves it."""
+    from mindflow.reflection.core import propose_core
+    from mindflow.reflection.modes import in_review
+
+    text, report = compose_core_memory(con, settings, being_id, llm=llm, run_id=run_id)
+    if in_review(settings, being_id) if review is None else review:
+        report.proposal_id = propose_core(
+            settings, being_id, text, report, created_by=f"core_memory:{trigger}"
+        )
+        return report
     path = settings.workspace / being_id / "MEMORY.md"
     report.changed = audit.write_file(
         settings,
         f"{being_id}/MEMORY.md",
         text,
         action="EDIT" if path.exists() else "CREATE",
-        summary=f"core memory ({report.mode}): {tokens} tokens, {report.pinned} pinned/vault",
+        summary=f"core memory ({report.mode}): {report.tokens} tokens, {report.pinned} pinned/vault",
         actor="core_memory",
         trigger=trigger,
         run_id=run_id,

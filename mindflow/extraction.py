@@ -64,6 +64,7 @@ class ExtractionReport:
     facts_new: int = 0
     facts_confirmed: int = 0
     facts_superseded: int = 0
+    facts_flagged: int = 0  # review mode: a contradicting value kept beside the current one for a person
     relations: int = 0
     co_occurrences: int = 0
     errors: list[str] = field(default_factory=list)
@@ -135,9 +136,18 @@ def known_entities(con: duckdb.DuckDBPyConnection, being_id: str) -> list[str]:
 
 
 def extract(
-    con: duckdb.DuckDBPyConnection, being_id: str, llm: LLM, now: datetime, progress=None
+    con: duckdb.DuckDBPyConnection,
+    being_id: str,
+    llm: LLM,
+    now: datetime,
+    progress=None,
+    *,
+    supersede: bool = True,
 ) -> ExtractionReport:
-    """Extract every pending episode of a being, batch by batch."""
+    """Extract every pending episode of a being, batch by batch.
+
+    `supersede` False (a being in review mode): a fact contradicting a current one does not close
+    it; both stay current, and reflection proposes which to keep (a contradiction proposal)."""
     report = ExtractionReport()
     episodes = pending_episodes(con, being_id)
     report.episodes = len(episodes)
@@ -173,7 +183,7 @@ def extract(
             _store_parse_failed(con, being_id, batch, llm, now)
             report.parse_failed += 1
             continue
-        canonical = _apply(con, being_id, batch, answer, llm.model, now, report)
+        canonical = _apply(con, being_id, batch, answer, llm.model, now, report, supersede)
         known = sorted(set(known) | canonical)[:KNOWN_ENTITIES]
         if progress:
             progress(index + 1, len(batches))
@@ -231,6 +241,7 @@ def _apply(
     model: str,
     now: datetime,
     report: ExtractionReport,
+    supersede: bool = True,
 ) -> set[str]:
     """Write one validated answer in one transaction, a few set-based statements per table.
 
@@ -277,7 +288,7 @@ def _apply(
                 [being_id, model, now],
             ).fetchall()
         report.scenes += len(inserted)
-        canonical = _apply_graph(con, being_id, answer, ts_of, now, report)
+        canonical = _apply_graph(con, being_id, answer, ts_of, now, report, supersede)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -295,7 +306,7 @@ def _resolve(aliases: dict[str, str], name: str) -> str:
     return name
 
 
-def _apply_graph(con, being_id, answer, ts_of, now, report) -> set[str]:
+def _apply_graph(con, being_id, answer, ts_of, now, report, supersede: bool = True) -> set[str]:
     """Entities, facts (with supersession), relations and co-occurrences of one answer.
 
     The answer is resolved against the stored graph in memory, then written with one
@@ -373,6 +384,9 @@ def _apply_graph(con, being_id, answer, ts_of, now, report) -> set[str]:
         for old_id, old_value in slot:
             if old_id == fact_id:
                 continue
+            if not supersede:
+                report.facts_flagged += 1
+                continue
             # A contradicted fact is closed, never overwritten: it keeps its row and history.
             if old_id in rows:
                 rows[old_id]["invalid_at"] = valid_at
@@ -382,7 +396,10 @@ def _apply_graph(con, being_id, answer, ts_of, now, report) -> set[str]:
             _add_relation(relations, being_id, f"{entity} {key}: {value}", "supersedes",
                           f"{entity} {key}: {old_value}", src, valid_at)  # fmt: skip
             report.facts_superseded += 1
-        slot[:] = [[fact_id, value]]
+        if supersede:
+            slot[:] = [[fact_id, value]]
+        elif all(old_id != fact_id for old_id, _ in slot):
+            slot.append([fact_id, value])
         closed.pop(fact_id, None)
         row = rows.get(fact_id)
         if row is None:

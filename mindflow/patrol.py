@@ -20,6 +20,7 @@ import pyarrow as pa
 from mindflow import events, store
 from mindflow.embeddings import Embedder
 from mindflow.models import utcnow
+from mindflow.reflection.modes import in_review
 from mindflow.scenes import EMOTION_ARROW, STRINGS, scene_to_text
 from mindflow.vectors import to_column, to_matrix
 
@@ -614,7 +615,9 @@ def form(
     if scenes and extraction_llm is not None:
         from mindflow import extraction
 
-        extracted = extraction.extract(con, being_id, extraction_llm, now)
+        # A being in review mode keeps contradicting facts side by side for a person to settle.
+        supersede = settings is None or not in_review(settings, being_id)
+        extracted = extraction.extract(con, being_id, extraction_llm, now, supersede=supersede)
         scene_report = StepReport("❶ scenes (LLM)", extracted.counts(), extracted.errors)
     elif scenes:
         scene_report = step_scenes(con, being_id, now)
@@ -666,10 +669,12 @@ def run(
     )  # fmt: skip
     sessions = step_session_counts(con, being_id, now)
     dying = step_dying(con, being_id, params, now)
-    # ❹ sits between ❸ and ❺ in the seed; ❻ after ❺. Both need the patrol model.
-    consolidated = step_consolidate(con, being_id, llm, now) if llm is not None else None
+    # ❹ sits between ❸ and ❺ in the seed; ❻ after ❺. Both need the patrol model. A being in
+    # review mode is reorganised only by approved proposals: reflection proposes its merges.
+    reorganise = llm is not None and not (settings is not None and in_review(settings, being_id))
+    consolidated = step_consolidate(con, being_id, llm, now) if reorganise else None
     revived = step_revive(con, being_id, params, now)
-    split = step_split(con, being_id, llm, params, now) if llm is not None else None
+    split = step_split(con, being_id, llm, params, now) if reorganise else None
     report = PatrolReport(formed, sessions, dying, revived, consolidated=consolidated, split=split)
     if small_clusters:
         report.small_clusters = step_merge_small_clusters(con, being_id, params, now)
@@ -864,63 +869,88 @@ def _neighbours(con, cluster_id: str, chunk: list, limit: int) -> list:
     return [older[int(i)] for i in order]
 
 
+def merge_nodes(
+    con: duckdb.DuckDBPyConnection,
+    being_id: str,
+    survivor: str,
+    absorbed: list[str],
+    now: datetime,
+    actor: str = "patrol",
+) -> int:
+    """Merge `absorbed` into `survivor` (the caller holds the transaction); returns the nodes absorbed.
+
+    The survivor gains 0.05 importance and the absorbed nodes' history as `when` items; the
+    absorbed die pointing at it. Nodes already dead are left out, so applying a merge twice
+    (a run killed before it recorded the first) changes nothing more.
+    """
+    absorbed = [
+        r[0]
+        for r in con.execute(
+            "SELECT node_id FROM nodes WHERE being_id = ? AND status <> 'dead' AND node_id <> ? "
+            "AND node_id IN (SELECT unnest(?::VARCHAR[]))",
+            [being_id, survivor, absorbed],
+        ).fetchall()
+    ]
+    if not absorbed:
+        return 0
+    merged = con.execute(
+        'SELECT node_id, scene."when", scene.action, source_episode_ids FROM nodes '
+        "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY episode_ts, node_id",
+        [absorbed],
+    ).fetchall()
+    history = [
+        {"date": w["date"], "action": w.get("action") or _short(action, 200)}
+        for _, when, action, _ in merged
+        for w in (when or [])
+    ]
+    sources = [i for _, _, _, ids in merged for i in (ids or [])]
+    before = con.execute("SELECT importance FROM nodes WHERE node_id = ?", [survivor]).fetchall()[0][0]
+    con.execute(
+        """
+        UPDATE nodes SET importance = least(1.0, importance + 0.05), fresh = FALSE,
+            scene = struct_update(scene, "when" := list_concat(scene."when",
+                ?::STRUCT(date VARCHAR, action VARCHAR)[])),
+            source_episode_ids = list_concat(source_episode_ids,
+                list_filter(?::VARCHAR[], lambda x: NOT list_contains(source_episode_ids, x))),
+            updated_at = ?
+        WHERE node_id = ?
+        """,
+        [history, sources, now, survivor],
+    )
+    # Written before the update, while the absorbed nodes still have their status.
+    con.execute(
+        f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, "
+        "being_id, 'merged', to_json({'status': status}), to_json({'status': 'dead', 'into': ?}), "
+        "NULL, ? FROM nodes WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+        [now, survivor, actor, absorbed],
+    )
+    con.execute(
+        "UPDATE nodes SET status = 'dead', fresh = FALSE, absorbed_into = ?, "
+        "died_reactivations = reactivation_count, updated_at = ? "
+        "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+        [survivor, now, absorbed],
+    )
+    # Nodes absorbed earlier into one absorbed now point at the new survivor, so a
+    # pointer is always one hop from a node that can be recalled.
+    con.execute(
+        "UPDATE nodes SET absorbed_into = ? WHERE being_id = ? "
+        "AND absorbed_into IN (SELECT unnest(?::VARCHAR[]))",
+        [survivor, being_id, absorbed],
+    )
+    con.execute(
+        f"INSERT INTO history {HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, "
+        "'absorbed', to_json({'importance': ?}), to_json({'importance': least(1.0, ? + 0.05), "
+        "'absorbed': ?::VARCHAR[]}), NULL, ?)",
+        [now, survivor, being_id, before, before, absorbed, actor],
+    )
+    return len(absorbed)
+
+
 def _apply_consolidation(con, being_id, answer, chunk_ids: list[str], now: datetime, counts) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
         for merge in answer.merges:
-            absorbed = con.execute(
-                'SELECT node_id, scene."when", scene.action, source_episode_ids FROM nodes '
-                "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY episode_ts, node_id",
-                [merge.absorbed],
-            ).fetchall()
-            history = [
-                {"date": w["date"], "action": w.get("action") or _short(action, 200)}
-                for _, when, action, _ in absorbed
-                for w in (when or [])
-            ]
-            sources = [i for _, _, _, ids in absorbed for i in (ids or [])]
-            before = con.execute(
-                "SELECT importance FROM nodes WHERE node_id = ?", [merge.survivor]
-            ).fetchall()[0][0]
-            con.execute(
-                """
-                UPDATE nodes SET importance = least(1.0, importance + 0.05), fresh = FALSE,
-                    scene = struct_update(scene, "when" := list_concat(scene."when",
-                        ?::STRUCT(date VARCHAR, action VARCHAR)[])),
-                    source_episode_ids = list_concat(source_episode_ids,
-                        list_filter(?::VARCHAR[], lambda x: NOT list_contains(source_episode_ids, x))),
-                    updated_at = ?
-                WHERE node_id = ?
-                """,
-                [history, sources, now, merge.survivor],
-            )
-            # Written before the update, while the absorbed nodes still have their status.
-            con.execute(
-                f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, "
-                "being_id, 'merged', to_json({'status': status}), to_json({'status': 'dead', 'into': ?}), "
-                "NULL, 'patrol' FROM nodes WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
-                [now, merge.survivor, merge.absorbed],
-            )
-            con.execute(
-                "UPDATE nodes SET status = 'dead', fresh = FALSE, absorbed_into = ?, "
-                "died_reactivations = reactivation_count, updated_at = ? "
-                "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
-                [merge.survivor, now, merge.absorbed],
-            )
-            # Nodes absorbed earlier into one absorbed now point at the new survivor, so a
-            # pointer is always one hop from a node that can be recalled.
-            con.execute(
-                "UPDATE nodes SET absorbed_into = ? WHERE being_id = ? "
-                "AND absorbed_into IN (SELECT unnest(?::VARCHAR[]))",
-                [merge.survivor, being_id, merge.absorbed],
-            )
-            con.execute(
-                f"INSERT INTO history {HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, "
-                "'absorbed', to_json({'importance': ?}), to_json({'importance': least(1.0, ? + 0.05), "
-                "'absorbed': ?::VARCHAR[]}), NULL, 'patrol')",
-                [now, merge.survivor, being_id, before, before, merge.absorbed],
-            )
-            counts["merged"] += len(merge.absorbed)
+            counts["merged"] += merge_nodes(con, being_id, merge.survivor, merge.absorbed, now)
         if answer.make_dead:
             con.execute(
                 "UPDATE nodes SET status = 'dead', fresh = FALSE, died_reactivations = reactivation_count, "

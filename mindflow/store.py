@@ -480,6 +480,48 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        13,
+        "reflection cycles and the procedural store",
+        [
+            # One row per reflection cycle: the survey of the next one starts where it ended.
+            """
+            CREATE TABLE IF NOT EXISTS reflections (
+                reflection_id VARCHAR PRIMARY KEY,
+                being_id VARCHAR NOT NULL,
+                number INTEGER NOT NULL,
+                mode VARCHAR NOT NULL,
+                trigger VARCHAR NOT NULL,
+                started_at TIMESTAMP NOT NULL,
+                finished_at TIMESTAMP,
+                proposals INTEGER NOT NULL DEFAULT 0,
+                applied INTEGER NOT NULL DEFAULT 0,
+                output_tokens INTEGER NOT NULL DEFAULT 0,
+                run_id VARCHAR
+            )
+            """,
+            # Procedures: one row per version; a new version closes the one before (superseded_at),
+            # never overwrites it. procedure_ref names the procedure across its versions.
+            """
+            CREATE TABLE IF NOT EXISTS procedures (
+                procedure_id VARCHAR PRIMARY KEY,
+                procedure_ref VARCHAR NOT NULL,
+                being_id VARCHAR NOT NULL,
+                name VARCHAR NOT NULL,
+                trigger VARCHAR NOT NULL,
+                steps VARCHAR[] NOT NULL,
+                notes VARCHAR,
+                learned_from VARCHAR[],
+                confidence DOUBLE NOT NULL,
+                version INTEGER NOT NULL,
+                source VARCHAR NOT NULL,
+                created_at TIMESTAMP NOT NULL,
+                updated_at TIMESTAMP NOT NULL,
+                superseded_at TIMESTAMP
+            )
+            """,
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -503,6 +545,8 @@ TABLES = (
     "embedding_cache",
     "audit_log",
     "history",
+    "reflections",
+    "procedures",
 )
 
 

@@ -129,6 +129,34 @@ def test_contradicted_fact_is_superseded_not_overwritten(con, llm_server):
     assert con.execute("SELECT operation FROM history").fetchall() == [("superseded",)]
 
 
+def test_review_mode_flags_a_contradiction_instead_of_superseding(con, llm_server):
+    """A being in review mode keeps both values current; reflection proposes which to keep."""
+    from mindflow.reflection.consolidate import contradictions
+
+    llm_server.configure("openai:gpt-4o")
+    insert(con, ["Billing runs on MySQL"], prefix="a")
+    llm_server.script([{
+        "scenes": [scene(["a0"], "Billing on MySQL")],
+        "facts": [{"entity": "billing", "key": "database", "value": "MySQL", "episode_ids": ["a0"]}],
+    }])  # fmt: skip
+    extraction.extract(con, ADA, llm_for(None), NOW, supersede=False)
+    insert(con, ["We moved billing to Postgres"], prefix="b", start=TS + timedelta(days=1))
+    llm_server.script([{
+        "scenes": [scene(["b0"], "Billing moved to Postgres")],
+        "facts": [{"entity": "Billing", "key": "Database", "value": "Postgres", "episode_ids": ["b0"]}],
+    }])  # fmt: skip
+    report = extraction.extract(con, ADA, llm_for(None), NOW, supersede=False)
+    assert (report.facts_superseded, report.facts_flagged) == (0, 1)
+    assert con.execute("SELECT value, invalid_at FROM facts ORDER BY valid_at").fetchall() == [
+        ("MySQL", None),
+        ("Postgres", None),
+    ]
+    assert con.execute("SELECT count(*) FROM history").fetchone()[0] == 0
+    [draft] = contradictions(con, ADA)
+    assert [s["value"] for s in draft.payload["sides"]] == ["MySQL", "Postgres"]
+    assert draft.payload["keep_value"] == "Postgres"
+
+
 def test_alias_merge_across_runs(con, llm_server):
     llm_server.configure("openai:gpt-4o")
     insert(con, ["Started on OAuth PKCE"], prefix="a")

@@ -32,7 +32,7 @@ from mindflow.prompts import Prompt
 
 log = logging.getLogger("mindflow.llm")
 
-PURPOSES = ("narrative", "patrol", "extraction", "resonance")
+PURPOSES = ("narrative", "patrol", "extraction", "resonance", "reflection")
 
 
 class LLMError(MindflowError):

@@ -644,8 +644,11 @@ def erase_workspace(
     if (folder / "MEMORY.md").is_file():
         from mindflow.core_memory import build_core_memory
 
-        # The delete mark hides the episodes and memories; the rebuild leaves them out.
-        build_core_memory(con, settings, plan.being_id, llm=llm, run_id=run_id, trigger="forget job")
+        # The delete mark hides the episodes and memories; the rebuild leaves them out. A person's
+        # forget is obeyed in review mode too: this rewrite does not wait for an approval.
+        build_core_memory(
+            con, settings, plan.being_id, llm=llm, run_id=run_id, trigger="forget job", review=False
+        )
     if not matcher:
         return
     from mindflow import audit

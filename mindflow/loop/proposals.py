@@ -29,7 +29,9 @@ from mindflow.models import utcnow
 STATUSES = ("pending", "approved", "rejected", "deferred")
 # A decision can still be taken on these; approved and rejected are final.
 OPEN = ("pending", "deferred")
-KINDS = ("forget",)
+# forget: a forget's candidates; merge, archive, contradiction, procedure, core: reflection's
+# (mindflow.reflection); memory: a sub-agent's; procedure also: a posted procedure.
+KINDS = ("forget", "merge", "archive", "contradiction", "procedure", "core", "memory")
 PROPOSAL_ID = re.compile(r"^p-[0-9a-f]{8,64}$")
 
 
