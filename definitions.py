@@ -13,6 +13,7 @@ from assets.journal import journal
 from assets.journal_chunks import journal_chunks
 from assets.memories import memories
 from assets.nodes import nodes, scene_notes
+from assets.reflections import applied_proposals, reflections
 from assets.story import core_memory, story
 from jobs.audit import audit_digest_job, monthly_audit_digest
 from jobs.decay import decay_job, nightly_decay
@@ -24,6 +25,7 @@ from jobs.ingest import ingest_job
 from jobs.journal import journal_reindex_job
 from jobs.narrative import narrative_job, nightly_narrative
 from jobs.patrol import nightly_patrol, patrol_job
+from jobs.reflection import approvals_job, nightly_reflection, reflection_job
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource, MindflowHome
 from sensors.ebooks import ebook_folder_sensor
 from sensors.forget import forget_sensor
@@ -31,16 +33,19 @@ from sensors.form import form_sensor
 from sensors.inbox import inbox_sensor
 from sensors.journal import journal_files_sensor
 from sensors.narrative import narrative_sensor
+from sensors.reflection import approvals_sensor, reflection_sensor
 from sensors.runs import stale_run_sensor
 
 defs = dg.Definitions(
     assets=[episodes, scene_notes, nodes, clusters, journal, decay_scores, memories, facts_graph,
-            story, core_memory, journal_chunks, audit_archive, ebook_chunks, erasures],
+            story, core_memory, journal_chunks, audit_archive, ebook_chunks, erasures, reflections,
+            applied_proposals],
     jobs=[ingest_job, extraction_job, patrol_job, decay_job, narrative_job, audit_digest_job,
-          ebook_reindex_job, forget_job, form_job, journal_reindex_job],
-    schedules=[nightly_patrol, nightly_decay, nightly_narrative, monthly_audit_digest, weekly_ebook_reindex],
+          ebook_reindex_job, forget_job, form_job, journal_reindex_job, reflection_job, approvals_job],
+    schedules=[nightly_patrol, nightly_decay, nightly_narrative, monthly_audit_digest, weekly_ebook_reindex,
+               nightly_reflection],
     sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor, stale_run_sensor, forget_sensor,
-             form_sensor, journal_files_sensor],
+             form_sensor, journal_files_sensor, reflection_sensor, approvals_sensor],
     resources={
         "duckdb": DuckDBResource(),
         "lancedb": LanceDBResource(),

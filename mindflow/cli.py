@@ -47,14 +47,16 @@ def run(
     job: str = typer.Argument(
         ...,
         help="ingest | extraction | patrol | form | decay | narrative | audit_digest | ebook_reindex "
-        "| forget | journal_reindex",
+        "| forget | journal_reindex | reflection | approvals",
     ),
-    being: str | None = typer.Option(None, "--being", help="patrol only this being."),
+    being: str | None = typer.Option(
+        None, "--being", help="Only this being (extraction, patrol, form, narrative, reflection)."
+    ),
     partition: str | None = typer.Option(
         None,
         "--partition",
         help="A day (YYYY-MM-DD), a range (START...END) for ingest, a being for extraction, patrol, "
-        "form and narrative, a month (YYYY-MM) for audit_digest.",
+        "form, narrative and reflection, a month (YYYY-MM) for audit_digest.",
     ),
 ) -> None:
     """Execute a job through Dagster on the local instance (the run shows up in the UI)."""
@@ -192,6 +194,161 @@ def status() -> None:
     alerts = integrity_lines(settings)
     if alerts:  # quiet when every critical file matches its checksum
         typer.echo("\n" + alerts)
+    from mindflow.status import proposal_lines
+
+    waiting = proposal_lines(settings)
+    if waiting:
+        typer.echo("\nProposals:\n" + waiting)
+
+
+@app.command()
+def review(
+    being: str | None = typer.Option(None, "--being", help="The being whose proposals to review."),
+    approve: str | None = typer.Option(None, "--approve", help="Items to approve: 1,3 or 2-4 or all."),
+    reject: str | None = typer.Option(None, "--reject", help="Items to reject: 2 or 2,5."),
+    defer: str | None = typer.Option(None, "--defer", help="Items to decide later: 5."),
+    edit: list[str] = typer.Option(
+        [], "--edit", help="Approve an item with a change: --edit '4=new text' or --edit '2=target=<ref>'."
+    ),
+    all_: bool = typer.Option(False, "--all", help="Approve every pending item (approve all)."),
+    answer: str | None = typer.Option(
+        None, "--answer", help='The seed\'s answer as typed: "approve 1,3; reject 2; edit 4 \\"text\\"".'
+    ),
+    apply: bool = typer.Option(True, "--apply/--no-apply", help="Carry out the approved items at once."),
+) -> None:
+    """List the proposals waiting for a decision and take decisions: approve all, approve with changes,
+    reject, or item by item. Without decision flags on a terminal, asks for an answer."""
+    import sys
+
+    from mindflow.loop.proposals import ProposalStore
+    from mindflow.reflection import answers
+    from mindflow.reflection.decide import decide_many
+    from mindflow.reflection.items import pending_items
+    from mindflow.reflection.notes import item_lines
+
+    settings = load_settings()
+    store = ProposalStore(settings.proposals)
+    try:
+        beings = [being] if being else [b for b in store.beings() if pending_items(store, b)]
+        given = any([approve, reject, defer, edit, all_, answer])
+        if given and len(beings) > 1:
+            raise MindflowError(
+                f"several beings have proposals ({', '.join(beings)}): choose one with --being"
+            )
+        if not beings or not any(pending_items(store, b) for b in beings):
+            typer.echo("nothing waits for a decision")
+            return
+        for name in beings:
+            items = pending_items(store, name)
+            typer.echo(f"{name}: {len(items)} proposal(s) waiting")
+            for item in items:
+                typer.echo("\n".join(item_lines(item, markdown=False)))
+            if given:
+                decided = answers.Answer()
+                for verb, spec in (("approve", approve), ("reject", reject), ("defer", defer)):
+                    if spec:
+                        decided.merge(answers.parse(f"{verb} {spec}", items))
+                if all_:
+                    decided.merge(answers.parse("approve all", items))
+                for change in edit:
+                    number, sep, text = change.partition("=")
+                    if not sep:
+                        raise MindflowError(f"--edit {change!r}: write N=new text or N=target=<ref>")
+                    decided.merge(answers.edit(number, text, items))
+                if answer:
+                    decided.merge(answers.parse(answer, items))
+            elif sys.stdin.isatty():
+                typed = typer.prompt(
+                    '\nanswer (approve all | approve 1,3 | reject 2 | defer 5 | edit 4 "text"; '
+                    "empty: decide later)",
+                    default="",
+                    show_default=False,
+                )
+                if not typed.strip():
+                    continue
+                decided = answers.parse(typed, items)
+            else:
+                continue
+            if not decided.decisions:
+                continue
+            report = decide_many(settings, name, decided.decisions, decided_by="cli", edits=decided.edits)
+            typer.echo(
+                f"{name}: approved {report.count('approved')}, rejected {report.count('rejected')}, "
+                f"deferred {report.count('deferred')} (approval: {report.approval})"
+            )
+    except MindflowError as exc:
+        _fail(exc)
+    from mindflow.reflection.approvals import waiting_beings
+
+    if apply and waiting_beings(settings):
+        from mindflow.runner import run_job
+
+        for s in run_job(settings, "approvals"):
+            typer.echo(f"{s.job} run {s.run_id}: {'ok' if s.success else 'FAILED'}")
+            if s.changes:
+                typer.echo(f"  {s.changes}")
+
+
+procedures_app = typer.Typer(no_args_is_help=True, help="The procedural store: how a being does things.")
+app.add_typer(procedures_app, name="procedures")
+
+
+@procedures_app.command("add")
+def procedures_add(
+    being: str = typer.Option(..., "--being", help="The being the procedure belongs to."),
+    name: str = typer.Option(..., "--name", help="The procedure's name (a new version if it exists)."),
+    trigger: str = typer.Option(..., "--trigger", help="When it applies."),
+    step: list[str] = typer.Option(..., "--step", help="One step (repeat, in order)."),
+    notes: str | None = typer.Option(None, "--notes", help="Anything worth knowing."),
+    confidence: float = typer.Option(0.9, "--confidence", help="0..1."),
+) -> None:
+    """Add a procedure (or its next version): recorded as an approved proposal and applied at once."""
+    from mindflow.reflection.procedures import propose_procedure
+    from mindflow.runner import run_job
+
+    settings = load_settings()
+    try:
+        proposal = propose_procedure(
+            settings, being,
+            {"name": name, "trigger": trigger, "steps": step, "notes": notes, "confidence": confidence},
+            created_by="cli", approved=True,
+        )  # fmt: skip
+        summaries = run_job(settings, "approvals")
+    except MindflowError as exc:
+        _fail(exc)
+    typer.echo(f"proposal {proposal.proposal_id}: procedure {name!r} approved")
+    for s in summaries:
+        typer.echo(f"{s.job} run {s.run_id}: {'ok' if s.success else 'FAILED'}")
+        if s.changes:
+            typer.echo(f"  {s.changes}")
+
+
+@procedures_app.command("list")
+def procedures_list(
+    being: str = typer.Option(..., "--being", help="The being whose procedures to list."),
+    name: str | None = typer.Option(None, "--name", help="Every version of this procedure."),
+) -> None:
+    """The being's current procedures, or every version of one (from DuckDB, read-only)."""
+    from mindflow import store
+    from mindflow.reflection import procedures
+
+    settings = load_settings()
+    if not settings.duckdb_path.exists():
+        typer.echo("no procedures yet")
+        return
+    try:
+        with store.connect(settings.duckdb_path, read_only=True) as con:
+            rows = procedures.versions(con, being, name) if name else procedures.current(con, being)
+    except MindflowError as exc:
+        _fail(exc)
+    if not rows:
+        typer.echo("no procedures yet" if not name else f"no procedure {name!r} for {being}")
+    for row in rows:
+        closed = f", superseded {row['superseded_at']:%Y-%m-%d}" if row.get("superseded_at") else ""
+        title = row.get("name", name)
+        typer.echo(f"{title} v{row['version']}{closed} — when {row['trigger']}")
+        for i, step in enumerate(row["steps"], 1):
+            typer.echo(f"   {i}. {step}")
 
 
 @app.command()

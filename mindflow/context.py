@@ -120,7 +120,30 @@ def _block(block_id: str, text: str, sources: list[str]) -> Block:
 
 
 def alerts(settings: Settings, being_id: str) -> list[Alert]:
-    """The being's critical files that differ from the approved checksums of the workspace record."""
+    """The being's critical files that differ from the approved checksums of the workspace record, and
+    its proposals pending for more than a day (seed 001: the user is told at the next start)."""
+    return _file_alerts(settings, being_id) + _proposal_alerts(settings, being_id)
+
+
+def _proposal_alerts(settings: Settings, being_id: str) -> list[Alert]:
+    from mindflow.loop.proposals import ProposalStore
+    from mindflow.reflection.items import STALE_HOURS, stale_proposals
+
+    stale = stale_proposals(ProposalStore(settings.proposals), being_id)
+    if not stale:
+        return []
+    return [
+        Alert(
+            f"{being_id}/reflection/pending-reflection.md",
+            "stale_proposals",
+            f"{len(stale)} proposal(s) have waited more than {STALE_HOURS} hours for a decision: ask the "
+            f"user. Decide with `mindflow review --being {being_id}`, on the /review page, or through "
+            "POST /v1/beings/{being}/proposals/{id}/decision.".replace("{being}", being_id),
+        )
+    ]
+
+
+def _file_alerts(settings: Settings, being_id: str) -> list[Alert]:
     record = read_workspace_record(settings)
     if record is None:
         return []  # nothing recorded yet: no run has approved anything to compare with

@@ -24,7 +24,7 @@ from mindflow.models import utcnow
 
 JOBS = (
     "ingest", "extraction", "patrol", "form", "decay", "narrative", "audit_digest", "ebook_reindex", "forget",
-    "journal_reindex",
+    "journal_reindex", "reflection", "approvals",
 )  # fmt: skip
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DAGSTER_YAML = """\
@@ -81,6 +81,8 @@ SUMMARY_KEYS = {
     "ebook_chunks": ("documents", "chunks", "new", "changed", "removed", "failed", "seconds"),
     "journal_chunks": ("files", "chunks", "new", "changed", "removed", "unchanged", "embedded"),
     "erasures": ("proposals", "refs", "episodes", "lance_rows", "commits_rewritten", "seconds"),
+    "reflections": ("modes", "proposed", "pending", "applied", "output_tokens", "errors"),
+    "applied_proposals": ("applied", "rows_changed", "failed", "published_memories", "published_procedures"),
 }
 
 
@@ -268,6 +270,12 @@ def run_job(
         if being is not None or partition:
             raise MindflowError("forget erases every approved permanent forget; drop --being and --partition")
         runs.append(("all", {}))
+    elif job == "approvals":
+        if being is not None or partition:
+            raise MindflowError(
+                "approvals applies every being's approved proposals; drop --being and --partition"
+            )
+        runs.append(("all", {}))
     elif job == "audit_digest":
         if being is not None:
             raise MindflowError("audit_digest covers the whole workspace; drop --being")
@@ -297,7 +305,7 @@ def run_job(
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     instance = _instance()
-    if job in ("extraction", "patrol", "form", "narrative", "journal_reindex"):
+    if job in ("extraction", "patrol", "form", "narrative", "journal_reindex", "reflection"):
         known = instance.get_dynamic_partitions("beings")
         wanted = being or partition
         if wanted and wanted not in known:

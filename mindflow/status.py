@@ -85,7 +85,35 @@ def integrity_lines(settings, con: duckdb.DuckDBPyConnection | None = None) -> s
     if report.ok:
         return ""
     return "\n".join(
-        [f"ALERT critical files changed outside mindflow: {', '.join(report.changed)}",
-         "  inspect: mindflow audit --action ALERT; keep: mindflow audit --accept FILE; "
-         "undo: mindflow rollback FILE --to COMMIT"]
+        [
+            f"ALERT critical files changed outside mindflow: {', '.join(report.changed)}",
+            "  inspect: mindflow audit --action ALERT; keep: mindflow audit --accept FILE; "
+            "undo: mindflow rollback FILE --to COMMIT",
+        ]
     )
+
+
+def proposal_lines(settings, now=None) -> str:
+    """Beings with proposals waiting for a decision; those pending for over a day are flagged."""
+    from mindflow.loop.proposals import ProposalStore
+    from mindflow.reflection.items import STALE_HOURS, pending_items, stale_proposals
+
+    store = ProposalStore(settings.proposals)
+    lines = []
+    for being in store.beings():
+        waiting = pending_items(store, being)
+        if not waiting:
+            continue
+        stale = stale_proposals(store, being, now)
+        kinds: dict[str, int] = {}
+        for item in waiting:
+            kinds[item.proposal.kind] = kinds.get(item.proposal.kind, 0) + 1
+        line = (
+            f"{being}: {len(waiting)} proposal(s) waiting ("
+            + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+            + f") — `mindflow review --being {being}`"
+        )
+        if stale:
+            line = f"ALERT {line}; {len(stale)} pending for more than {STALE_HOURS} hours"
+        lines.append(line)
+    return "\n".join(lines)

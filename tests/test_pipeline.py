@@ -142,6 +142,8 @@ def test_definitions_load_and_every_asset_is_described():
         "audit_archive",
         "ebook_chunks",
         "erasures",
+        "reflections",
+        "applied_proposals",
     }
     for name, spec in specs.items():
         assert spec.description and spec.description.strip(), name
@@ -150,7 +152,10 @@ def test_definitions_load_and_every_asset_is_described():
     graph = defs.resolve_asset_graph()
     declared = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
     assert declared == {*CHECKS, *OTHER_CHECKS}
-    for job in ("ingest", "patrol", "decay", "extraction", "narrative", "audit_digest", "ebook_reindex", "forget"):
+    for job in (
+        "ingest", "patrol", "decay", "extraction", "narrative", "audit_digest", "ebook_reindex", "forget",
+        "reflection", "approvals",
+    ):  # fmt: skip
         assert defs.resolve_job_def(job).description
 
 
@@ -465,16 +470,21 @@ def test_nightly_schedules_request_one_run_per_known_being():
     repository = definitions().get_repository_def()
     from jobs.narrative import nightly_narrative
     from jobs.patrol import nightly_patrol
+    from jobs.reflection import nightly_reflection
 
     with dg.instance_for_test() as instance:
         at = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
-        for schedule in (nightly_patrol, nightly_narrative):
+        for schedule in (nightly_patrol, nightly_narrative, nightly_reflection):
             skipped = schedule.evaluate_tick(
                 dg.build_schedule_context(instance, scheduled_execution_time=at, repository_def=repository)
             )
             assert not skipped.run_requests and skipped.skip_message == "no being has episodes yet"
         instance.add_dynamic_partitions("beings", ["ada", "bram"])
-        for schedule, job in ((nightly_patrol, "patrol"), (nightly_narrative, "narrative")):
+        for schedule, job in (
+            (nightly_patrol, "patrol"),
+            (nightly_narrative, "narrative"),
+            (nightly_reflection, "reflection"),
+        ):
             requests = schedule.evaluate_tick(
                 dg.build_schedule_context(instance, scheduled_execution_time=at, repository_def=repository)
             ).run_requests
@@ -483,3 +493,4 @@ def test_nightly_schedules_request_one_run_per_known_being():
                 (f"{job}-bram-2026-11-22", "bram"),
             ]
         assert (nightly_patrol.cron_schedule, nightly_narrative.cron_schedule) == ("0 2 * * *", "30 3 * * *")
+        assert nightly_reflection.cron_schedule == "0 4 * * *"  # after decay (03:00) and the narrative

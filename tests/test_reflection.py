@@ -20,9 +20,9 @@ from mindflow.errors import Conflict, MindflowError
 from mindflow.loop.proposals import ProposalStore
 from mindflow.reflection import procedures
 from mindflow.reflection.apply import apply_approved
-from mindflow.reflection.cycle import reflect, stale_proposals
+from mindflow.reflection.cycle import reflect
 from mindflow.reflection.decide import Edit, decide, decide_many
-from mindflow.reflection.items import pending_items
+from mindflow.reflection.items import pending_items, stale_proposals
 from mindflow.reflection.modes import approval_mode
 
 BEING = "ada"

@@ -25,6 +25,7 @@ from mindflow.loop.proposals import ProposalStore
 from mindflow.models import utcnow
 from mindflow.reflection import consolidate, notes
 from mindflow.reflection.apply import ApplyReport, apply_approved
+from mindflow.reflection.approvals import Published, publish_changes
 from mindflow.reflection.core import propose_core
 from mindflow.reflection.items import pending_items
 from mindflow.reflection.modes import approval_mode
@@ -34,8 +35,6 @@ META_TOKENS = 600
 MERGE_TOKENS = 1_200
 PROCEDURE_TOKENS = 1_500
 CORE_TOKENS = 3_000  # MEMORY.md's cap
-# Proposals older than this still wait, flagged in `mindflow status` and the context's alerts.
-STALE_HOURS = 24
 
 
 @dataclass
@@ -245,11 +244,50 @@ def _evolution(con: duckdb.DuckDBPyConnection, being_id: str) -> list[str]:
     ]
 
 
-def stale_proposals(store: ProposalStore, being_id: str, now: datetime | None = None) -> list[str]:
-    """Ids of the being's proposals pending for more than STALE_HOURS."""
-    now = now or utcnow()
-    return [
-        p.proposal_id
-        for p in store.list(being_id, status="pending")
-        if (now - p.created_at).total_seconds() > STALE_HOURS * 3600
-    ]
+@dataclass
+class ReflectionRun:
+    """One run's cycles, and what the cycles of beings in auto mode published."""
+
+    reports: list[ReflectionReport]
+    published: Published
+
+    def per_being(self) -> dict[str, dict[str, int]]:
+        """Counts per being for the UI's table: proposals by kind, pending, applied, tokens."""
+        return {
+            r.being_id: {
+                **r.proposed,
+                "pending": r.pending,
+                "applied": r.applied.total if r.applied else 0,
+                "output_tokens": r.output_tokens,
+                "errors": len(r.errors),
+            }
+            for r in self.reports
+        }
+
+
+def reflect_beings(
+    con: duckdb.DuckDBPyConnection,
+    settings: Settings,
+    being_ids: list[str],
+    *,
+    db,
+    embedder,
+    llm=None,
+    run_id: str | None = None,
+    trigger: str = "manual",
+    log=None,
+) -> ReflectionRun:
+    """A cycle per being, then the LanceDB tables refreshed for what auto mode applied."""
+    reports = []
+    for being_id in being_ids:
+        report = reflect(con, settings, being_id, llm=llm, run_id=run_id, trigger=trigger)
+        if log is not None:
+            # Counts only: the run's log cannot be edited by a later permanent forget.
+            log(
+                f"{being_id}: reflection {report.number} ({report.mode}): {report.total} proposed, "
+                f"{report.pending} pending, {report.applied.total if report.applied else 0} applied, "
+                f"{report.output_tokens} output tokens"
+            )
+        reports.append(report)
+    applied = [r.applied for r in reports if r.applied is not None]
+    return ReflectionRun(reports, publish_changes(con, settings, db, embedder, applied))

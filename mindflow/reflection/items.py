@@ -7,8 +7,13 @@ three always number and word the same items the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from mindflow.loop.proposals import Proposal, ProposalStore
+from mindflow.models import utcnow
+
+# Proposals older than this still wait, flagged in `mindflow status` and the context's alerts.
+STALE_HOURS = 24
 
 TAGS = {
     "forget": "FORGET",
@@ -112,3 +117,13 @@ def pending_items(store: ProposalStore, being_id: str) -> list[Item]:
     found = store.list(being_id, status="pending") + store.list(being_id, status="deferred")
     found.sort(key=lambda p: (p.created_at, p.proposal_id))
     return [describe(p, i) for i, p in enumerate(found, 1)]
+
+
+def stale_proposals(store: ProposalStore, being_id: str, now: datetime | None = None) -> list[str]:
+    """Ids of the being's proposals pending for more than STALE_HOURS."""
+    now = now or utcnow()
+    return [
+        p.proposal_id
+        for p in store.list(being_id, status="pending")
+        if (now - p.created_at).total_seconds() > STALE_HOURS * 3600
+    ]

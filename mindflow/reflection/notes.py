@@ -51,6 +51,22 @@ def _write(
     )
 
 
+def item_lines(item: Item, *, markdown: bool = True, diff_lines: int = 80) -> list[str]:
+    """One numbered item with its evidence and diff: in pending-reflection.md and `mindflow review`."""
+    tag = f"**[{item.tag}]**" if markdown else f"[{item.tag}]"
+    ref = f"`{item.proposal_id}`" if markdown else item.proposal_id
+    manual = " (manual: decide it by itself)" if item.proposal.payload.get("review") == "manual" else ""
+    block = [f"{item.number}. {tag} {item.title} — {ref}{manual}"]
+    if item.proposal.status == "deferred":
+        block[0] += " (deferred)"
+    block += [f"   - {line}" for line in item.evidence]
+    if item.diff:
+        fence = ["   ```diff"] if markdown else []
+        block += ["", *fence, *[f"   {line}" for line in item.diff.splitlines()[:diff_lines]]]
+        block += ["   ```"] if markdown else []
+    return block
+
+
 def render_pending(
     being_id: str,
     number: int,
@@ -82,10 +98,7 @@ def render_pending(
     used = estimate_tokens("\n".join(head + tail))
     shown = 0
     for item in items:
-        block = [f"{item.number}. **[{item.tag}]** {item.title} — `{item.proposal_id}`"]
-        block += [f"   - {line}" for line in item.evidence]
-        if item.diff:
-            block += ["", "   ```diff", *[f"   {line}" for line in item.diff.splitlines()[:80]], "   ```"]
+        block = item_lines(item)
         cost = estimate_tokens("\n".join(block))
         if used + cost > budget_tokens:
             break

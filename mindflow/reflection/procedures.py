@@ -230,3 +230,37 @@ def search(table, being_id: str, query_vector: np.ndarray | None, k: int = 5) ->
     for row in found:
         row["score"] = round(1.0 - float(row.pop("_distance")) / 2.0, 4)  # cosine from L2 of unit vectors
     return found
+
+
+def propose_procedure(settings, being_id: str, payload: dict, *, created_by: str, approved: bool):
+    """A `procedure` proposal for a procedure a person or the main agent wrote (validated first).
+
+    `approved`: the writer may add it directly, so it is approved at once (approval `user`) and the
+    next `approvals` run saves and publishes it; otherwise it waits for a decision like the others.
+    """
+    from mindflow.loop.proposals import ProposalStore
+
+    found = ProcedureIn.from_payload(payload)
+    store = ProposalStore(settings.proposals)
+    proposal = store.create(
+        being_id,
+        "procedure",
+        {
+            "name": found.name,
+            "trigger": found.trigger,
+            "steps": found.steps,
+            "notes": found.notes,
+            "learned_from": found.learned_from,
+            "confidence": found.confidence,
+        },
+        created_by=created_by,
+    )
+    if not approved:
+        return proposal
+    return store.decide(
+        being_id,
+        proposal.proposal_id,
+        "approved",
+        created_by,
+        payload={**proposal.payload, "approval": "user"},
+    )
