@@ -281,6 +281,41 @@ def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
     assert again.success and _git(settings, "rev-parse", "HEAD") == head
 
 
+def test_a_permanent_forget_rejects_the_reflection_proposals_that_cite_it(copy, world):
+    settings = copy
+    secret, kept = world.refs["a02"], world.refs["a03"]
+    proposals = ProposalStore(settings.proposals)
+    merge = proposals.create(
+        "ada",
+        "merge",
+        {"survivor": kept, "absorbed": [secret], "memories": {kept: "the grey cat", secret: SECRET}},
+        created_by="reflection:r-1",
+    )
+    core = proposals.create(
+        "ada",
+        "core",
+        {"text": f"- {SECRET}\n", "diff": f"+- {SECRET}\n", "promoted": [SECRET]},
+        "reflection:r-1",
+    )
+    other = proposals.create(
+        "ada",
+        "archive",
+        {"refs": [world.refs["a04"]], "memories": {world.refs["a04"]: "cello"}},
+        "reflection:r-1",
+    )
+    _confirm_permanent(settings)
+    [summary] = run_job(settings, "forget")
+    assert summary.success
+    _everything_gone(settings)  # the proposals folder included
+    for proposal_id in (merge.proposal_id, core.proposal_id):
+        decided = proposals.get("ada", proposal_id)
+        assert (decided.status, decided.decided_by) == ("rejected", "forget")
+        assert decided.payload["erased"]
+    assert proposals.get("ada", merge.proposal_id).payload["memories"][kept].startswith("sha256:")
+    assert proposals.get("ada", other.proposal_id).status == "pending"  # cites nothing erased
+    assert proposals.get("ada", other.proposal_id).payload["memories"] == {world.refs["a04"]: "cello"}
+
+
 @pytest.mark.timeout(300)
 def test_with_a_narrative_model_the_chapter_is_told_again_by_it_without_the_secret(copy, llm_server):
     settings = copy

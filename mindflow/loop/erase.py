@@ -1109,5 +1109,48 @@ def finish(settings: Settings, being_id: str, proposals: list[Proposal], run_id:
             changed = True
         if changed:
             store_.rewrite(being_id, proposal.proposal_id, payload)
+        scrubbed = _scrub_reflection(proposal, refs, episodes)
+        if scrubbed is not None:
+            if proposal.status in ("pending", "deferred"):
+                # Nobody may approve a change built on what the person had erased.
+                store_.decide(being_id, proposal.proposal_id, "rejected", "forget", payload=scrubbed)
+            else:
+                store_.rewrite(being_id, proposal.proposal_id, scrubbed)
     for proposal in proposals:
         store_.mark_applied(being_id, proposal.proposal_id, run_id)
+
+
+def _scrub_reflection(proposal: Proposal, refs: set[str], episodes: set[str]) -> dict | None:
+    """A reflection or sub-agent proposal citing an erased memory, fact or episode, with its texts
+    replaced by their sha256 (None when it cites none). A pending MEMORY.md rewrite was composed
+    before the erase and may quote it: it counts as citing."""
+    p = proposal.payload
+    cited: set[str] = set()
+    if proposal.kind in ("merge", "archive"):
+        cited = {p.get("survivor"), *p.get("absorbed", []), *p.get("refs", []), *p.get("memories", {})} - {
+            None
+        }
+    elif proposal.kind == "contradiction":
+        cited = {s.get("fact_id") for s in p.get("sides", [])}
+        cited |= {e for s in p.get("sides", []) for e in s.get("sources", [])}
+    elif proposal.kind == "procedure":
+        cited = set(p.get("learned_from") or [])
+    touched = bool(cited & (refs | episodes)) or (
+        proposal.kind == "core" and proposal.status in ("pending", "deferred")
+    )
+    if not touched:
+        return None
+    payload = dict(p)
+    if "memories" in payload:
+        payload["memories"] = {ref: _hashed(text) for ref, text in payload["memories"].items()}
+    if "sides" in payload:
+        payload["sides"] = [{**side, "value": _hashed(str(side.get("value")))} for side in payload["sides"]]
+        payload["keep_value"] = _hashed(str(payload.get("keep_value")))
+    for key in ("text", "diff", "content", "reason"):
+        if isinstance(payload.get(key), str):
+            payload[key] = _hashed(payload[key])
+    if "promoted" in payload or "demoted" in payload:
+        payload["promoted"] = [_hashed(x) for x in payload.get("promoted", [])]
+        payload["demoted"] = [_hashed(x) for x in payload.get("demoted", [])]
+    payload["erased"] = "cites what a permanent forget erased"
+    return payload
