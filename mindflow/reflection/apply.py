@@ -179,10 +179,26 @@ TARGETS = {
 
 
 def _summary(proposal: Proposal, changed: int) -> str:
-    from mindflow.reflection.items import describe
+    """What the audit commit says: refs and counts, never a memory's words (the trail is kept for
+    good, and a permanent forget must not find its text there)."""
+    p = proposal.payload
+    what = {
+        "merge": lambda: f"merge {', '.join(p.get('absorbed', []))} into {p.get('survivor')}",
+        "archive": lambda: f"archive {len(p.get('refs', []))} {p.get('decay_status') or ''} memory(ies)",
+        "contradiction": lambda: (
+            f"settle a contradiction: keep {p.get('keep')}, close "
+            + ", ".join(s["fact_id"] for s in p.get("sides", []) if s.get("fact_id") != p.get("keep"))
+        ),
+        "procedure": lambda: f"procedure {procedure_ref_of(proposal)}",
+        "memory": lambda: f"a {p.get('type', 'fact')} proposed by sub-agent {p.get('agent', 'subagent')}",
+        "core": lambda: f"MEMORY.md rewrite (+{p.get('added', 0)} −{p.get('removed', 0)} lines)",
+    }[proposal.kind]()
+    edited = " (edited)" if p.get("edited") else ""
+    return f"{' '.join(what.split())[:200]}{edited}: {changed} changed [{proposal.proposal_id}]"
 
-    edited = " (edited)" if proposal.payload.get("edited") else ""
-    return f"{describe(proposal).title[:200]}{edited}: {changed} changed [{proposal.proposal_id}]"
+
+def procedure_ref_of(proposal: Proposal) -> str:
+    return procedures.procedure_ref(proposal.being_id, str(proposal.payload.get("name", "")))
 
 
 def apply_one(

@@ -53,7 +53,9 @@ def propose_core(
     ):
         return None
     diff, added, removed = core_diff(current, text, being_id)
-    now_items, new_items = set(_ITEM.findall(current)), set(_ITEM.findall(text))
+    # A block's placeholder line is not an item to promote or demote.
+    now_items = set(_ITEM.findall(current)) - {"(nothing yet)"}
+    new_items = set(_ITEM.findall(text)) - {"(nothing yet)"}
     proposal = store.create(
         being_id,
         "core",
