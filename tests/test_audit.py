@@ -346,12 +346,15 @@ def test_digest_and_pruning_of_a_fabricated_120_day_log(settings, con):
                     "CREATE", "ada/reflection/2026-07-08.md", "reflect", "weekly reflection", "human", ts=ts
                 )
             )
+            rows.append(
+                AuditRow("MERGE", "table:nodes", "reflection:r-1", "merge n-2 into n-1: 1 changed", "partial", ts=ts)
+            )
     audit.log_table_mutations(con, rows, settings)
     # Whole months only: 90 days before Nov 1 is Aug 3, so July (ended Aug 1) is digested, August is not.
     cutoff = datetime(2026, 8, 1)
     old = [r for r in rows if r.ts < cutoff]
     recent = [r for r in rows if r.ts >= cutoff]
-    assert len(old) == 28 + 3 + 2 and con.execute("SELECT count(*) FROM audit_log").fetchone()[0] == len(rows)
+    assert len(old) == 28 + 3 + 3 and con.execute("SELECT count(*) FROM audit_log").fetchone()[0] == len(rows)
 
     report = run_digest(settings, con, now=now, run_id="digest-1")
     assert report.entries == len(old) and report.months == ["2026-07"] and report.cutoff == cutoff
@@ -368,7 +371,8 @@ def test_digest_and_pruning_of_a_fabricated_120_day_log(settings, con):
     july_rows = [r for r in old if r.ts.month == 7]
     assert f"{len(july_rows)} entries" in july
     assert f"| APPEND | {sum(r.action == 'APPEND' for r in july_rows)} |" in july
-    assert "ada/reflection/2026-07-08.md" in july.split("### Reflections")[1].split("###")[0]
+    reflections = july.split("### Reflections")[1].split("###")[0]
+    assert "ada/reflection/2026-07-08.md" in reflections and "merge n-2 into n-1" in reflections
     assert "ALERT ada/SOUL.md" in july.split("### Critical changes")[1]
     assert "MERGE table:clusters" in july.split("### Notable events")[1]
 

@@ -79,7 +79,12 @@ def month_digest(month: str, rows: list[AuditRow]) -> str:
     if len(files) > 15:
         lines.append(f"| ({len(files) - 15} more files) | {sum(n for _, n in files.most_common()[15:])} |")
     lines.append("\nActors: " + ", ".join(f"{a} ({n})" for a, n in actors.most_common()) + ".")
-    reflections = [r for r in rows if "reflection/" in r.target]
+    # The reflection folder's files, and the changes approved proposals applied.
+    reflections = [
+        r
+        for r in rows
+        if "reflection/" in r.target or r.actor.startswith(("reflection:", "bot:commit-from:"))
+    ]
     lines.append("\n### Reflections\n")
     lines += [
         f"- {r.ts:%Y-%m-%d} {r.action} {r.target} ({r.approval}): {r.summary}" for r in reflections
