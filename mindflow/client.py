@@ -28,6 +28,7 @@ from tenacity import (
 from mindflow.api.models import (
     ClusterResponse,
     ContextResponse,
+    DecisionsResponse,
     EbookSearchResponse,
     EpisodeIn,
     EpisodesResponse,
@@ -39,6 +40,9 @@ from mindflow.api.models import (
     MemoryPage,
     MemoryRecord,
     PinResponse,
+    ProcedureAccepted,
+    ProceduresResponse,
+    ProposalOut,
     ProposalsResponse,
     RecallResponse,
     ResonanceResponse,
@@ -136,6 +140,20 @@ def _remember_body(
         "session_id": session_id,
     }
     return {"episodes": [{k: v for k, v in episode.items() if v is not None}]}
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The fields set, for a JSON body or query parameters: None means "leave it out"."""
+    return {name: v for name, v in fields.items() if v is not None}
+
+
+def _decisions_body(
+    decisions: Mapping[str, str], edits: Mapping[str, Mapping[str, str | None]] | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"decisions": dict(decisions)}
+    if edits:
+        body["edits"] = {i: _given(**dict(e)) for i, e in edits.items()}
+    return body
 
 
 def _context_params(blocks: Iterable[str] | None) -> dict[str, str]:
@@ -354,9 +372,79 @@ class MindflowClient(_Base):
     def unpin(self, being: str, ref: str) -> PinResponse:
         return self._typed(PinResponse, "POST", self._being(being, "memories", ref, "unpin"))
 
-    def proposals(self, being: str, status: str | None = None) -> ProposalsResponse:
-        params = {"status": status} if status else {}
+    def proposals(self, being: str, status: str | None = None, kind: str | None = None) -> ProposalsResponse:
+        """The being's proposals, oldest first; `status`: pending, approved, rejected or deferred."""
+        params = _given(status=status, kind=kind)
         return self._typed(ProposalsResponse, "GET", self._being(being, "proposals"), params=params)
+
+    def propose(
+        self,
+        being: str,
+        content: str,
+        reason: str,
+        *,
+        type: str = "fact",
+        confidence: float = 0.7,
+        entity: str | None = None,
+        key: str | None = None,
+        value: str | None = None,
+        agent: str | None = None,
+    ) -> ProposalOut:
+        """Propose a memory (what a sub-agent does instead of writing episodes); `conflict` says whether
+        its fact (entity, key, value) contradicts a pending proposal or a current fact."""
+        body = _given(
+            content=content, reason=reason, type=type, confidence=confidence, entity=entity, key=key,
+            value=value, agent=agent,
+        )  # fmt: skip
+        return self._typed(ProposalOut, "POST", self._being(being, "proposals"), json=body)
+
+    def decide(
+        self,
+        being: str,
+        proposal_id: str,
+        decision: Literal["approve", "reject", "defer"],
+        text: str | None = None,
+        target: str | None = None,
+    ) -> ProposalOut:
+        """Approve (optionally editing its `text` or `target`), reject or defer one open proposal."""
+        body = _given(decision=decision, text=text, target=target)
+        path = self._being(being, "proposals", proposal_id, "decision")
+        return self._typed(ProposalOut, "POST", path, json=body)
+
+    def decide_many(
+        self,
+        being: str,
+        decisions: Mapping[str, Literal["approve", "reject", "defer"]],
+        edits: Mapping[str, Mapping[str, str | None]] | None = None,
+    ) -> DecisionsResponse:
+        """Several decisions at once (proposal id -> approve|reject|defer), edits as id -> {text, target}."""
+        body = _decisions_body(decisions, edits)
+        path = self._being(being, "proposals", "decisions")
+        return self._typed(DecisionsResponse, "POST", path, json=body)
+
+    def procedures(self, being: str, query: str | None = None, k: int = 5) -> ProceduresResponse:
+        """The being's current procedures nearest `query` (all by name without one)."""
+        params = _given(query=query, k=k)
+        return self._typed(ProceduresResponse, "GET", self._being(being, "procedures"), params=params)
+
+    def add_procedure(
+        self,
+        being: str,
+        name: str,
+        trigger: str,
+        steps: Iterable[str],
+        *,
+        notes: str | None = None,
+        learned_from: Iterable[str] | None = None,
+        confidence: float | None = None,
+    ) -> ProcedureAccepted:
+        """Add a procedure (a new version for a known name), applied by the next approvals run; a sub-agent
+        token's waits as a pending proposal."""
+        body = _given(
+            name=name, trigger=trigger, steps=list(steps), notes=notes,
+            learned_from=list(learned_from) if learned_from is not None else None, confidence=confidence,
+        )  # fmt: skip
+        return self._typed(ProcedureAccepted, "POST", self._being(being, "procedures"), json=body)
 
     def get_memory(self, being: str, ref: str) -> MemoryRecord:
         """One memory with its statuses, decay, pin, cluster, scene, sources and times (404: unknown)."""
@@ -576,9 +664,81 @@ class AsyncMindflowClient(_Base):
     async def unpin(self, being: str, ref: str) -> PinResponse:
         return await self._typed(PinResponse, "POST", self._being(being, "memories", ref, "unpin"))
 
-    async def proposals(self, being: str, status: str | None = None) -> ProposalsResponse:
-        params = {"status": status} if status else {}
+    async def proposals(
+        self, being: str, status: str | None = None, kind: str | None = None
+    ) -> ProposalsResponse:
+        """The being's proposals, oldest first; `status`: pending, approved, rejected or deferred."""
+        params = _given(status=status, kind=kind)
         return await self._typed(ProposalsResponse, "GET", self._being(being, "proposals"), params=params)
+
+    async def propose(
+        self,
+        being: str,
+        content: str,
+        reason: str,
+        *,
+        type: str = "fact",
+        confidence: float = 0.7,
+        entity: str | None = None,
+        key: str | None = None,
+        value: str | None = None,
+        agent: str | None = None,
+    ) -> ProposalOut:
+        """Propose a memory (what a sub-agent does instead of writing episodes); `conflict` says whether
+        its fact (entity, key, value) contradicts a pending proposal or a current fact."""
+        body = _given(
+            content=content, reason=reason, type=type, confidence=confidence, entity=entity, key=key,
+            value=value, agent=agent,
+        )  # fmt: skip
+        return await self._typed(ProposalOut, "POST", self._being(being, "proposals"), json=body)
+
+    async def decide(
+        self,
+        being: str,
+        proposal_id: str,
+        decision: Literal["approve", "reject", "defer"],
+        text: str | None = None,
+        target: str | None = None,
+    ) -> ProposalOut:
+        """Approve (optionally editing its `text` or `target`), reject or defer one open proposal."""
+        body = _given(decision=decision, text=text, target=target)
+        path = self._being(being, "proposals", proposal_id, "decision")
+        return await self._typed(ProposalOut, "POST", path, json=body)
+
+    async def decide_many(
+        self,
+        being: str,
+        decisions: Mapping[str, Literal["approve", "reject", "defer"]],
+        edits: Mapping[str, Mapping[str, str | None]] | None = None,
+    ) -> DecisionsResponse:
+        """Several decisions at once (proposal id -> approve|reject|defer), edits as id -> {text, target}."""
+        body = _decisions_body(decisions, edits)
+        path = self._being(being, "proposals", "decisions")
+        return await self._typed(DecisionsResponse, "POST", path, json=body)
+
+    async def procedures(self, being: str, query: str | None = None, k: int = 5) -> ProceduresResponse:
+        """The being's current procedures nearest `query` (all by name without one)."""
+        params = _given(query=query, k=k)
+        return await self._typed(ProceduresResponse, "GET", self._being(being, "procedures"), params=params)
+
+    async def add_procedure(
+        self,
+        being: str,
+        name: str,
+        trigger: str,
+        steps: Iterable[str],
+        *,
+        notes: str | None = None,
+        learned_from: Iterable[str] | None = None,
+        confidence: float | None = None,
+    ) -> ProcedureAccepted:
+        """Add a procedure (a new version for a known name), applied by the next approvals run; a sub-agent
+        token's waits as a pending proposal."""
+        body = _given(
+            name=name, trigger=trigger, steps=list(steps), notes=notes,
+            learned_from=list(learned_from) if learned_from is not None else None, confidence=confidence,
+        )  # fmt: skip
+        return await self._typed(ProcedureAccepted, "POST", self._being(being, "procedures"), json=body)
 
     async def get_memory(self, being: str, ref: str) -> MemoryRecord:
         """One memory with its statuses, decay, pin, cluster, scene, sources and times (404: unknown)."""

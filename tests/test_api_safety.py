@@ -216,6 +216,11 @@ BEING_ROUTES = {
     ("post", "memories/{ref}/unpin"): {200, 400, 401, 403, 404, 409, 413, 422},
     ("get", "proposals"): {200, 401, 403, 422},
     ("get", "proposals/{proposal_id}"): {200, 401, 403, 404, 422},
+    ("post", "proposals"): {201, 400, 401, 403, 413, 422},
+    ("post", "proposals/{proposal_id}/decision"): {200, 400, 401, 403, 404, 409, 413, 422},
+    ("post", "proposals/decisions"): {200, 400, 401, 403, 404, 409, 413, 422},
+    ("get", "procedures"): {200, 401, 403, 422},
+    ("post", "procedures"): {202, 400, 401, 403, 413, 422},
     ("get", "memories"): {200, 401, 403, 422},
     ("get", "memories/{ref}"): {200, 401, 403, 404, 422},
     ("get", "memories/{ref}/history"): {200, 401, 403, 404, 422},
@@ -237,7 +242,7 @@ def test_the_schema_declares_the_being_id_and_every_answer(http):
     for key, codes in expected.items():
         op = declared[key]
         assert {int(c) for c in op["responses"]} == codes, key
-        for code in codes - {200}:
+        for code in {c for c in codes if c >= 400}:
             content = op["responses"][str(code)]["content"]["application/json"]
             assert content["schema"]["$ref"] == error_ref, (key, code)
         if "{being_id}" in key[1]:

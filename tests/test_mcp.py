@@ -32,7 +32,8 @@ TOKEN_ADA = "mcp-token-ada"
 TOKEN_ALL = "mcp-token-all"
 TOOLS = {
     "recall", "resonance", "search_memory", "recall_memory", "facts", "story", "remember", "forget", "pin",
-    "get_context", "journal_memory_search", "journal_memory_get", "search_ebooks",
+    "get_context", "journal_memory_search", "journal_memory_get", "search_ebooks", "propose", "proposals",
+    "decide", "procedures", "add_procedure",
 }  # fmt: skip
 
 

@@ -25,6 +25,8 @@ from mindflow.api.ebooks import ebooks_router
 from mindflow.api.episodes import InboxBusy, InvalidEpisodes, append_episodes
 from mindflow.api.loop import loop_router, trigger_proposals
 from mindflow.api.memories import memories_router
+from mindflow.api.reflection import reflection_router
+from mindflow.api.review_page import review_router
 from mindflow.api.service import RecallService
 from mindflow.api.workspace import workspace_router
 from mindflow.config import Settings, load_settings
@@ -364,9 +366,11 @@ def create_app(
 
     app.include_router(v1)
     app.include_router(loop_router(errors(401, 403, 422), errors(*BODY)))
+    app.include_router(reflection_router(errors(401, 403, 422), errors(*BODY)))
     app.include_router(memories_router(errors(401, 403, 422)))
     app.include_router(ebooks_router(errors(*BODY, 401, 422)))
     app.include_router(workspace_router(errors(401, 403, 422), errors(*BODY)))
+    app.include_router(review_router())
     mounted = None
     if mcp:
         from mindflow.api.mcp_server import PATH, MountedMCP

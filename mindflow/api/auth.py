@@ -1,11 +1,12 @@
-"""Bearer tokens scoped to beings, and the rule that an open server binds only to loopback."""
+"""Bearer tokens scoped to beings (with an optional sub-agent role), and the rule that an open
+server binds only to loopback."""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Path, Request, Security
@@ -22,41 +23,90 @@ ALL_BEINGS = "*"
 bearer = HTTPBearer(
     auto_error=False,
     scheme_name="bearer",
-    description="A token of MINDFLOW_API_TOKENS (`token=beings`); ignored by a server without tokens.",
+    description="A token of MINDFLOW_API_TOKENS (`token=beings`, or `token=being@subagent:<name>` for a "
+    "sub-agent, which reads and proposes); ignored by a server without tokens.",
 )
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 _EXAMPLE = "MINDFLOW_API_TOKENS='tokA=ada,bram;tokB=*'"
+SUBAGENT = "subagent:"
+_ROLE_EXAMPLE = "MINDFLOW_API_TOKENS='tokS=ada@subagent:scout'"
+# What a sub-agent token may POST besides reading (GET): the routes that only read, and proposing
+# (a procedure it posts becomes a pending proposal). Every other write is refused, so a write
+# route added later is closed to sub-agents until it is listed here.
+SUBAGENT_POSTS = frozenset(
+    {"recall", "resonance", "search_memory", "journal/search", "proposals", "procedures"}
+)
+# Why a write is refused, by route (after /v1/beings/{being_id}/); {proposals} is the being's route.
+_REFUSED = {
+    "episodes": "write episodes; propose them: POST {proposals}",
+    "forget": "forget; the main agent or a person does (a sub-agent proposes: POST {proposals})",
+    "memories/{ref}/pin": "pin memories; the main agent or a person does",
+    "memories/{ref}/unpin": "unpin memories; the main agent or a person does",
+    "memories/{ref}/restore": "restore memories; the main agent or a person does",
+    "proposals/{proposal_id}/decision": "decide proposals; the main agent or a person does",
+    "proposals/decisions": "decide proposals; the main agent or a person does",
+}
 
 
 @dataclass(frozen=True)
 class TokenScopes:
-    """Which beings each token may read and write; empty means no authentication at all."""
+    """Which beings each token may read and write; empty means no authentication at all.
+
+    `roles` holds the tokens that carry a role (`subagent:<name>`): such a token reads its beings
+    and proposes memories, but writes nothing directly. A token without a role is not in it."""
 
     scopes: Mapping[str, frozenset[str]]
+    roles: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
         return bool(self.scopes)
 
-    def beings_for(self, token: str) -> frozenset[str] | None:
-        """The token's beings (`*` for all), or None for an unknown token; constant time per token."""
+    def _known(self, token: str) -> str | None:
+        """The known token equal to `token`, compared in constant time against each."""
         found = None
         given = token.encode("utf-8")
-        for known, beings in self.scopes.items():
+        for known in self.scopes:
             if hmac.compare_digest(known.encode("utf-8"), given):
-                found = beings
+                found = known
         return found
+
+    def beings_for(self, token: str) -> frozenset[str] | None:
+        """The token's beings (`*` for all), or None for an unknown token."""
+        known = self._known(token)
+        return None if known is None else self.scopes[known]
+
+    def role_for(self, token: str) -> str | None:
+        """The token's role (`subagent:<name>`), or None for a token without one or an unknown token."""
+        known = self._known(token)
+        return None if known is None else self.roles.get(known)
 
     @staticmethod
     def allows(beings: frozenset[str], being_id: str) -> bool:
         return ALL_BEINGS in beings or being_id in beings
 
 
+def _role_entry(token: str, entry: str) -> tuple[str, str | None]:
+    """`ada` as (ada, None); `ada@subagent:scout` as (ada, 'subagent:scout')."""
+    being, sep, role = (p.strip() for p in entry.partition("@"))
+    if not sep:
+        return being, None
+    name = role.removeprefix(SUBAGENT)
+    if not role.startswith(SUBAGENT) or not BEING_ID_PATTERN.fullmatch(name):
+        raise MindflowError(
+            f"API token '{token[:4]}...' has the role {role!r}: the one role is subagent:<name>, "
+            f"the name a lower-case slug like a being id; e.g. {_ROLE_EXAMPLE}"
+        )
+    return being, SUBAGENT + name
+
+
 def parse_tokens(spec: str | Mapping[str, str | Iterable[str]] | TokenScopes | None) -> TokenScopes:
-    """`tokA=ada,bram;tokB=*` (or a mapping token -> beings) as scopes; None or '' means no tokens.
+    """`tokA=ada,bram;tokB=*;tokS=ada@subagent:scout` (or a mapping token -> beings) as scopes;
+    None or '' means no tokens.
 
     A spec that is set but names no token (`;`) or names a token twice is a mistake that
-    would open the API or silently drop a scope: both are refused.
+    would open the API or silently drop a scope: both are refused. So is a token whose
+    entries carry different roles (`ada@subagent:scout,bram`): a token is one caller.
     """
     if isinstance(spec, TokenScopes):
         return spec
@@ -79,11 +129,14 @@ def parse_tokens(spec: str | Mapping[str, str | Iterable[str]] | TokenScopes | N
                 f"set token=beings entries, e.g. {_EXAMPLE}, or unset it to serve without tokens on loopback"
             )
     scopes: dict[str, frozenset[str]] = {}
-    for token, beings in items:
+    roles: dict[str, str] = {}
+    for token, entries in items:
         if not token or any(c.isspace() for c in token):
             raise MindflowError(f"an API token is empty or contains spaces; e.g. {_EXAMPLE}")
-        if not beings:
+        if not entries:
             raise MindflowError(f"API token '{token[:4]}...' names no being; use '*' for all; {_EXAMPLE}")
+        parsed = [_role_entry(token, entry) for entry in entries]
+        beings = [being for being, _ in parsed]
         for being in beings:
             if being != ALL_BEINGS:
                 validate_being_id(being)
@@ -92,8 +145,18 @@ def parse_tokens(spec: str | Mapping[str, str | Iterable[str]] | TokenScopes | N
                 f"API token '{token[:4]}...' is listed twice; list each token once with all its beings, "
                 "e.g. MINDFLOW_API_TOKENS='tokA=ada,bram'"
             )
+        token_roles = {role for _, role in parsed}
+        if len(token_roles) > 1:
+            shown = ", ".join(sorted(r or "no role" for r in token_roles))
+            raise MindflowError(
+                f"API token '{token[:4]}...' carries different roles ({shown}): a token has one role "
+                f"on all its beings; give each sub-agent its own token, e.g. {_ROLE_EXAMPLE}"
+            )
         scopes[token] = frozenset(beings)
-    return TokenScopes(scopes)
+        (role,) = token_roles
+        if role is not None:
+            roles[token] = role
+    return TokenScopes(scopes, roles)
 
 
 def is_loopback(host: str) -> bool:
@@ -133,8 +196,8 @@ async def authorized_being(
     """
     scopes: TokenScopes = request.app.state.tokens
     if scopes.enabled:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        beings = scopes.beings_for(token.strip()) if scheme.lower() == "bearer" else None
+        token = _bearer_token(request)
+        beings = scopes.beings_for(token) if token is not None else None
         if beings is None:
             raise HTTPException(
                 401, "missing or unknown bearer token", headers={"WWW-Authenticate": "Bearer"}
@@ -142,7 +205,43 @@ async def authorized_being(
         validate_being_id(being_id)
         if not scopes.allows(beings, being_id):
             raise HTTPException(403, f"this token does not cover being {being_id!r}")
+        role = scopes.role_for(token)
+        if role is not None:
+            _check_subagent(request, role, being_id)
     return validate_being_id(being_id)
 
 
+def _bearer_token(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+def _check_subagent(request: Request, role: str, being_id: str) -> None:
+    """403 for a sub-agent token on any write but the ones SUBAGENT_POSTS lists."""
+    if request.method in ("GET", "HEAD"):
+        return
+    route = getattr(request.scope.get("route"), "path", "")
+    tail = route.removeprefix("/v1/beings/{being_id}/")
+    if tail in SUBAGENT_POSTS:
+        return
+    what = _REFUSED.get(tail, f"{request.method} {tail}; a sub-agent reads and proposes: POST {{proposals}}")
+    what = what.replace("{proposals}", f"/v1/beings/{being_id}/proposals")
+    raise HTTPException(403, f"a sub-agent token ({role}) cannot {what}")
+
+
+async def caller_role(request: Request, _: Bearer = None) -> str | None:
+    """The calling token's role (`subagent:<name>`), None for a token without one or no tokens.
+
+    Declare it after `Being`: that one answers 401 for a missing or unknown token first."""
+    scopes: TokenScopes = request.app.state.tokens
+    token = _bearer_token(request) if scopes.enabled else None
+    return scopes.role_for(token) if token else None
+
+
+def subagent_name(role: str | None) -> str | None:
+    """`scout` for the role `subagent:scout`; None for no role."""
+    return role.removeprefix(SUBAGENT) if role is not None and role.startswith(SUBAGENT) else None
+
+
 Being = Annotated[str, Depends(authorized_being)]
+Role = Annotated[str | None, Depends(caller_role)]

@@ -30,7 +30,13 @@ def _table(request: Request):
 
 
 def proposal_out(proposal: Proposal) -> models.ProposalOut:
-    return models.ProposalOut.model_validate(proposal, from_attributes=True)
+    """The proposal with what a review shows of it: tag, title, evidence, diff, conflict."""
+    from mindflow.reflection.items import describe
+
+    item = describe(proposal)
+    shown = {"tag": item.tag, "title": item.title, "evidence": item.evidence, "diff": item.diff}
+    out = models.ProposalOut.model_validate(proposal, from_attributes=True)
+    return out.model_copy(update={**shown, "conflict": item.conflict})
 
 
 def _forget_response(proposal: Proposal) -> models.ForgetResponse:

@@ -42,7 +42,10 @@ At the start of a conversation call get_context and tell the user about any aler
 answering, recall (or resonance for a ready-to-inject block) what is relevant. Call remember
 when the user asks you to remember something, or for a fact worth keeping. forget works in two
 steps: call it with a query to see what would be forgotten, show the user, then call it again
-with the proposal_id and confirm=true only after the user agrees."""
+with the proposal_id and confirm=true only after the user agrees.
+A sub-agent (a token with the role subagent:<name>) cannot remember directly: it calls propose,
+and the main agent or the user approves, rejects or defers with proposals and decide. Before a
+recurring task, look for a learned procedure with procedures; add_procedure records a new one."""
 
 Being = Annotated[
     str | None,
@@ -283,6 +286,114 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
     ) -> models.JournalFileOut:
         """Read one of the being's memory files, whole or lines start..end."""
         return await tools.call(ctx, "journal_memory_get", tools.being(being), path, start, end)
+
+    @server.tool()
+    async def propose(
+        ctx: Context,
+        content: Annotated[
+            str, Field(min_length=1, description="What to remember, as one self-contained sentence or two.")
+        ],
+        reason: Annotated[
+            str, Field(min_length=1, max_length=2_000, description="Why it is worth remembering.")
+        ],
+        being: Being = None,
+        type: Annotated[
+            models.MemoryType, Field(description="What kind of memory: fact, preference, decision, task, ...")
+        ] = "fact",
+        confidence: Annotated[float, Field(ge=0, le=1, description="How sure you are, 0..1.")] = 0.7,
+        entity: Annotated[
+            str | None, Field(description="The fact it states: who or what (with key and value).")
+        ] = None,
+        key: Annotated[str | None, Field(description="The fact's attribute, e.g. 'lives_in'.")] = None,
+        value: Annotated[str | None, Field(description="The fact's value, e.g. 'Berlin'.")] = None,
+    ) -> models.ProposalOut:
+        """Propose a memory for review, as a sub-agent does instead of remembering directly. Give
+        `entity`, `key` and `value` when it states a fact: if another value is pending or already
+        known for them, the answer has `conflict: true` with both sides in `evidence`, and the
+        main agent or the user decides. The answer's `status` is `approved` when the server commits
+        proposals without conflict automatically, else `pending`."""
+        return await tools.call(
+            ctx, "propose", tools.being(being), content, reason, type=type, confidence=confidence,
+            entity=entity, key=key, value=value,
+        )  # fmt: skip
+
+    @server.tool()
+    async def proposals(
+        ctx: Context,
+        being: Being = None,
+        status: Annotated[
+            Literal["pending", "approved", "rejected", "deferred"] | None,
+            Field(description="Only these; `pending` for what waits for a decision."),
+        ] = "pending",
+        kind: Annotated[
+            Literal["forget", "merge", "archive", "contradiction", "procedure", "core", "memory"] | None,
+            Field(description="Only this kind; `memory` for sub-agents' proposals."),
+        ] = None,
+    ) -> models.ProposalsResponse:
+        """The being's proposals, oldest first: changes waiting for a decision (sub-agents' memories,
+        reflection's merges, archivals, contradictions, procedures, MEMORY.md rewrites, forgets).
+        Show them to the user and decide each with decide."""
+        return await tools.call(ctx, "proposals", tools.being(being), status, kind)
+
+    @server.tool()
+    async def decide(
+        ctx: Context,
+        proposal_id: Annotated[str, Field(min_length=1, description="The proposal's `proposal_id`.")],
+        decision: Annotated[
+            Literal["approve", "reject", "defer"],
+            Field(description="approve commits it, reject drops it, defer keeps it for later."),
+        ],
+        being: Being = None,
+        text: Annotated[
+            str | None,
+            Field(description="With approve: a corrected text (a memory's content, a procedure's steps)."),
+        ] = None,
+        target: Annotated[
+            str | None,
+            Field(description="With approve: another target (a merge's survivor, the fact value to keep)."),
+        ] = None,
+    ) -> models.ProposalOut:
+        """Approve, reject or defer one pending proposal, as the user decided. Approve only what the
+        user agreed to, above all a proposal with `conflict: true`. Approved changes are applied by
+        the next approvals run. Sub-agents cannot decide."""
+        if decision != "approve" and (text is not None or target is not None):
+            raise ToolError("text and target edit an approval; leave them out to reject or defer")
+        return await tools.call(ctx, "decide", tools.being(being), proposal_id, decision, text, target)
+
+    @server.tool()
+    async def procedures(
+        ctx: Context,
+        being: Being = None,
+        query: Annotated[
+            str | None,
+            Field(min_length=1, description="The task at hand, in words; leave out to list them all."),
+        ] = None,
+        k: Annotated[int, Field(ge=1, le=models.MAX_K, description="How many procedures.")] = 5,
+    ) -> models.ProceduresResponse:
+        """How the being does things: its learned procedures (name, when it applies, steps) nearest
+        the task at hand. Look one up before a recurring task and follow its steps."""
+        return await tools.call(ctx, "procedures", tools.being(being), query, k)
+
+    @server.tool()
+    async def add_procedure(
+        ctx: Context,
+        name: Annotated[
+            str, Field(min_length=1, max_length=200, description="Its name, e.g. 'Release the app'.")
+        ],
+        trigger: Annotated[
+            str,
+            Field(min_length=1, max_length=1_000, description="When it applies, e.g. 'a release is due'."),
+        ],
+        steps: Annotated[
+            list[str], Field(min_length=1, max_length=50, description="What to do, in order, one step each.")
+        ],
+        being: Being = None,
+        notes: Annotated[str | None, Field(description="Anything else worth knowing.")] = None,
+    ) -> models.ProcedureAccepted:
+        """Record how to do something the user taught or you worked out, as a procedure. The same
+        name adds a new version (the old one is kept in the history). It is searchable with
+        procedures after the next approvals run; a sub-agent's waits for approval."""
+        return await tools.call(ctx, "add_procedure", tools.being(being), name, trigger, steps, notes=notes)
 
     @server.tool()
     async def search_ebooks(

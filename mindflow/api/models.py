@@ -394,17 +394,31 @@ class RestoreResponse(BaseModel):
 
 
 class ProposalOut(BaseModel):
+    """A change waiting for a decision, or decided: what it is (`tag`, `title`, `evidence`) and who
+    proposed and decided it. `conflict` is true when it contradicts a pending proposal or a current
+    fact; both sides are in `evidence` (and `payload.conflict`), and it is never committed unasked."""
+
     proposal_id: str
     being_id: str
-    kind: str
+    kind: str = Field(description="forget, merge, archive, contradiction, procedure, core or memory.")
     status: Literal["pending", "approved", "rejected", "deferred"]
     payload: dict[str, Any]
     created_at: UtcOut
-    created_by: str
+    created_by: str = Field(description="user, api, reflection, or subagent:<name>.")
     decided_by: str | None = None
     decided_at: UtcOut | None = None
     applied_at: UtcOut | None = Field(
         default=None, description="When a run carried it out (permanent forgets)."
+    )
+    tag: str | None = Field(
+        default=None,
+        description="How a review shows it: FORGET, MERGE, ARCHIVE, CONFLICT, PROCEDURE, CORE or MEMORY.",
+    )
+    title: str | None = Field(default=None, description="One line on what approving it changes.")
+    evidence: list[str] = Field(default=[], description="Why, and what it touches: one line each.")
+    diff: str | None = Field(default=None, description="MEMORY.md's proposed change (unified diff).")
+    conflict: bool = Field(
+        default=False, description="It contradicts a pending proposal or a current fact (CONFLICT)."
     )
 
 
@@ -527,8 +541,13 @@ class ContextBlockOut(BaseModel):
 
 
 class ContextAlertOut(BaseModel):
-    file: str = Field(description="The critical file, e.g. `ada/SOUL.md`.")
-    change: Literal["changed", "new", "deleted"]
+    file: str = Field(
+        description="The critical file, e.g. `ada/SOUL.md`; for waiting proposals "
+        "`ada/reflection/pending-reflection.md`."
+    )
+    change: Literal["changed", "new", "deleted", "stale_proposals"] = Field(
+        description="How a critical file changed, or `stale_proposals`: proposals pending for over 24 hours."
+    )
     message: str = Field(description="What to tell the user, and how to keep or undo the change.")
 
 
@@ -577,3 +596,129 @@ class JournalFileOut(BaseModel):
     line_start: int = Field(description="First line returned (1-based).")
     line_end: int = Field(description="Last line returned; line_start - 1 when none is.")
     total_lines: int
+
+
+# ---- reflection with human approval: sub-agents' proposals, decisions, procedures -----------
+
+MemoryType = Literal["message", "event", "decision", "fact", "preference", "task", "emotion", "correction"]
+ProposalId = Annotated[str, Field(pattern=r"^p-[0-9a-f]{8,64}$", description="A proposal's id.")]
+Decision = Literal["approve", "reject", "defer"]
+Line = Annotated[str, AfterValidator(_no_nul)]
+
+
+class ProposeRequest(_Request):
+    """A memory a sub-agent proposes (the seed's fields), and optionally the fact it states."""
+
+    content: Line = Field(min_length=1, description="What to remember, in a self-contained sentence or two.")
+    type: MemoryType = Field(default="fact", description="The kind of memory, as an episode's `kind`.")
+    confidence: float = Field(default=0.7, ge=0, le=1, description="How sure the sub-agent is, 0..1.")
+    reason: Line = Field(
+        min_length=1, max_length=2_000, description="Why it is worth remembering: what the reviewer reads."
+    )
+    entity: Line | None = Field(
+        default=None, min_length=1, max_length=200, description="The fact's entity (with key and value)."
+    )
+    key: Line | None = Field(default=None, min_length=1, max_length=200, description="e.g. `lives_in`.")
+    value: Line | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1_000,
+        description="The fact's value: another value than a pending proposal's or a current fact's "
+        "for the same entity and key is a CONFLICT.",
+    )
+    agent: Line | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="Who proposes (a lower-case name), for a token without a sub-agent role; a sub-agent "
+        "token's name is its role's.",
+    )
+
+
+class EditIn(_Request):
+    """A person's change to what they approve: a new text (a memory's content, a procedure's steps one
+    per line, MEMORY.md) or a new target (a merge's survivor, a contradiction's kept fact id or value,
+    the refs to archive, comma-separated)."""
+
+    text: Line | None = Field(default=None, min_length=1, max_length=100_000)
+    target: Line | None = Field(default=None, min_length=1, max_length=10_000)
+
+
+class DecisionRequest(EditIn):
+    """Approve (optionally with an edit), reject or defer one open proposal."""
+
+    decision: Decision
+
+    @model_validator(mode="after")
+    def _edit_only_approved(self) -> Self:
+        if self.decision != "approve" and (self.text is not None or self.target is not None):
+            raise ValueError("text and target edit an approval; leave them out to reject or defer")
+        return self
+
+
+class DecisionsRequest(_Request):
+    """Several decisions at once: recorded as `user` approval when all approve, else `partial`."""
+
+    decisions: dict[ProposalId, Decision] = Field(
+        min_length=1, max_length=500, description="Proposal id -> approve, reject or defer."
+    )
+    edits: dict[ProposalId, EditIn] = Field(
+        default={}, max_length=500, description="Proposal id -> its edit; the id must be approved too."
+    )
+
+
+class DecisionsResponse(BaseModel):
+    being_id: str
+    approval: Literal["user", "partial"] = Field(
+        description="user: every proposal decided together was approved; partial: item by item."
+    )
+    proposals: list[ProposalOut]
+
+
+class ProcedureRequest(_Request):
+    """A procedure: how the being does something, when it applies, its steps."""
+
+    name: Line = Field(min_length=1, max_length=200, description="Its name; the same name adds a version.")
+    trigger: Line = Field(min_length=1, max_length=1_000, description="When it applies.")
+    steps: list[Annotated[Line, Field(min_length=1, max_length=2_000)]] = Field(
+        min_length=1, max_length=50, description="What to do, in order."
+    )
+    notes: Line | None = Field(default=None, max_length=4_000)
+    learned_from: list[Annotated[Line, Field(min_length=1, max_length=200)]] = Field(
+        default=[], max_length=100, description="Episode or memory ids it was learned from."
+    )
+    confidence: float = Field(default=0.7, ge=0, le=1)
+
+
+class ProcedureAccepted(BaseModel):
+    being_id: str
+    proposal_id: str
+    status: Literal["pending", "approved"] = Field(
+        description="approved: the next approvals run saves and publishes it; pending (a sub-agent's): "
+        "it waits for a decision."
+    )
+
+
+class ProcedureOut(BaseModel):
+    """A procedure's current version, as published to LanceDB."""
+
+    procedure_ref: str = Field(description="Stable per being and name, across versions.")
+    procedure_id: str = Field(description="This version: `<procedure_ref>-v<version>`.")
+    name: str
+    trigger: str
+    steps: list[str]
+    notes: str | None = None
+    learned_from: list[str] = []
+    confidence: float
+    version: int = Field(description="1 for the first; a new version supersedes, never overwrites.")
+    status: str = Field(description="Its decay status: active, fading or dormant.")
+    created_at: UtcOut
+    updated_at: UtcOut
+    text: str = Field(description="Name, when it applies and its steps, as embedded.")
+    score: float | None = Field(default=None, description="Cosine similarity to the query; none without one.")
+
+
+class ProceduresResponse(BaseModel):
+    being_id: str
+    query: str | None = None
+    procedures: list[ProcedureOut]
