@@ -420,3 +420,18 @@ def test_procedures_version_never_overwrite_and_search(settings, con, embedder, 
         "Release the app",
         "weekly  vet check",
     ]
+
+
+def test_evolution_records_a_milestone_at_reflection_10(monkeypatch, settings, con, embedder):
+    settings = _settings(monkeypatch)
+    _world(con, settings, embedder)
+    evolution = settings.workspace / BEING / "reflection" / "evolution.md"
+    milestones = []
+    for _ in range(10):
+        milestones.append(reflect(con, settings, BEING).milestone)
+    assert milestones == [False] * 9 + [True]
+    text = evolution.read_text()
+    assert "## Milestone: reflection 10" in text and "- reflections: 10; proposals made: 4" in text
+    assert "- memories: active 4" in text and "current facts: 2; procedures: 0" in text
+    log = (settings.workspace / BEING / "reflection" / "reflection-log.md").read_text()
+    assert log.count("## Reflection ") == 10
