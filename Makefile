@@ -13,20 +13,25 @@ export DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS ?= true
 # A range run's partition materializations reach the event log storage as one batch.
 export DAGSTER_EVENT_BATCH_SIZE ?= 1000
 
-.PHONY: install browser demo test dev serve bench clean
+.PHONY: install browser postgres demo demo-scale test dev serve bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[server,test]'
+	$(PIP) install --quiet -e '.[server,test,scale]'
 	touch $@
 
 install: $(VENV)/.installed
 
 demo: install
 	$(VENV)/bin/mindflow demo
+
+# The scale profile on this machine: PostgreSQL (the OS package, a cluster under data/scale) and an
+# S3 server (moto) on free loopback ports, then the demo on them (mindflow/scale.py).
+demo-scale: install postgres
+	$(PY) -m mindflow.scale demo
 
 # The browser test (tests/test_review_page.py) drives Debian's Chromium through its chromedriver.
 # Installed here when missing and this user may (root, or sudo without a password); this step
@@ -45,7 +50,22 @@ browser:
 			chromium chromium-driver >/dev/null; } || echo "$(BROWSER_NOTE)"; \
 	else echo "$(BROWSER_NOTE)"; fi
 
-test: install browser
+# PostgreSQL for the scale profile's tests and `make demo-scale` (tests/test_scale_profile.py):
+# installed like the browser when missing and this user may; otherwise those tests skip and say why.
+PG_NOTE := note: PostgreSQL missing; the scale profile tests will be skipped. \
+	Install it with: sudo apt-get install postgresql
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then echo "$(PG_NOTE)"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } \
+		|| echo "$(PG_NOTE)"; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		{ sudo -n apt-get update -qq && sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			postgresql >/dev/null; } || echo "$(PG_NOTE)"; \
+	else echo "$(PG_NOTE)"; fi
+
+test: install browser postgres
 	$(PY) -m pytest -q
 
 dev: install
@@ -59,4 +79,5 @@ bench: install
 	$(PY) bench/run_all.py
 
 clean:
+	-test -x $(PY) && $(PY) -m mindflow.scale down --purge
 	rm -rf $(VENV) data/mindflow.duckdb* data/lance data/inbox data/events data/dagster data/workspace

@@ -1,6 +1,16 @@
 """The mindflow code location: every asset, job, schedule, sensor and resource."""
 
+import warnings
+
 import dagster as dg
+
+# `backfill_policy` (a range of days in one run) is beta in Dagster 1.13: each asset declaring it
+# warned once per process loading this code location (`dagster dev` runs several). A warnings
+# filter is Dagster's documented way to accept lifecycle warnings ("Filtering API lifecycle
+# warnings"); it comes before the assets are imported, and covers only beta and preview APIs,
+# so deprecations still show.
+warnings.filterwarnings("ignore", category=dg.BetaWarning)
+warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 from assets.audit import audit_archive
 from assets.clusters import clusters
@@ -23,11 +33,13 @@ from jobs.forget import forget_job
 from jobs.form import form_job
 from jobs.ingest import ingest_job
 from jobs.journal import journal_reindex_job
+from jobs.loggers import LOGGERS
 from jobs.narrative import narrative_job, nightly_narrative
 from jobs.patrol import nightly_patrol, patrol_job
 from jobs.reflection import approvals_job, nightly_reflection, reflection_job
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource, MindflowHome
 from sensors.ebooks import ebook_folder_sensor
+from sensors.failures import run_failure_alert, run_recovery
 from sensors.forget import forget_sensor
 from sensors.form import form_sensor
 from sensors.inbox import inbox_sensor
@@ -45,11 +57,14 @@ defs = dg.Definitions(
     schedules=[nightly_patrol, nightly_decay, nightly_narrative, monthly_audit_digest, weekly_ebook_reindex,
                nightly_reflection],
     sensors=[inbox_sensor, narrative_sensor, ebook_folder_sensor, stale_run_sensor, forget_sensor,
-             form_sensor, journal_files_sensor, reflection_sensor, approvals_sensor],
+             form_sensor, journal_files_sensor, reflection_sensor, approvals_sensor, run_failure_alert,
+             run_recovery],
+    loggers=LOGGERS,
+    # Fields from the environment are dg.EnvVars (named in the UI's Resources tab) where set.
     resources={
-        "duckdb": DuckDBResource(),
-        "lancedb": LanceDBResource(),
-        "embeddings": EmbeddingResource(),
-        "mindflow_home": MindflowHome(),
+        "duckdb": DuckDBResource.from_environment(),
+        "lancedb": LanceDBResource.from_environment(),
+        "embeddings": EmbeddingResource.from_environment(),
+        "mindflow_home": MindflowHome.from_environment(),
     },
 )

@@ -1,8 +1,10 @@
 """Asset `decay_scores`: the relevance and status of every memory as of a day."""
 
+from datetime import date, datetime, timedelta
+
 import dagster as dg
 
-from assets.partitions import daily
+from assets.policies import NIGHTLY
 from mindflow import audit
 from mindflow.audit.tables import log_decay_transitions
 from mindflow.decay import STATUSES, TYPE_WEIGHTS, DecayParams, run_decay
@@ -12,8 +14,18 @@ from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource
 
 
+class DecayConfig(dg.Config):
+    """As of which day to decay: unset, now (the nightly schedule sets the night's day)."""
+
+    as_of: str | None = None
+
+
+# Not partitioned: the table holds one current score per memory, so a run as of an earlier
+# day replaces today's scores instead of adding that day's. Daily partitions from 2020 showed
+# years of "missing" days; a data engineer reads the run history (`as_of` on each
+# materialization) and the freshness policy instead, which fails when a night is missed.
 @dg.asset(
-    partitions_def=daily,
+    freshness_policy=NIGHTLY,
     deps=[dg.AssetDep("nodes", partition_mapping=dg.AllPartitionMapping())],
     pool="duckdb",
     group_name="decay",
@@ -28,11 +40,17 @@ from mindflow.resources import DuckDBResource
         )
     ],
 )
-def decay_scores(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
+def decay_scores(
+    context: dg.AssetExecutionContext, config: DecayConfig, duckdb: DuckDBResource
+) -> dg.MaterializeResult:
     """Decay relevance per memory: base * exp(-0.03 * days) * log2(accesses + 1) * type weight; and each
-    fact's activation, with the accesses the read API recorded (Hot, Warm, Cool)."""
-    end = context.partition_time_window.end.replace(tzinfo=None)
-    as_of = min(utcnow(), end)
+    fact's activation, with the accesses the read API recorded (Hot, Warm, Cool). A run's row count is
+    the memories it scored: every memory, as of its day."""
+    as_of = utcnow()
+    if config.as_of:
+        # As of a day means by its end: a day that has not ended yet is decayed as of now.
+        end = datetime.combine(date.fromisoformat(config.as_of), datetime.min.time()) + timedelta(days=1)
+        as_of = min(as_of, end)
     params = DecayParams()
     upper = params.cap * max(TYPE_WEIGHTS.values())
     with duckdb.connect() as con:

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.policies import EXTERNAL_CALLS
 from mindflow.rag.index import ReindexParams, reindex
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource, MindflowHome
 
@@ -11,6 +12,7 @@ from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResourc
     group_name="ebooks",
     kinds={"lancedb", "duckdb"},
     code_version="1",
+    retry_policy=EXTERNAL_CALLS,
 )
 def ebook_chunks(
     context: dg.AssetExecutionContext,

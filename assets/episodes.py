@@ -1,10 +1,10 @@
 """Asset `episodes`: what happened to each being, landed from the inbox, one row per episode."""
 
-from datetime import timedelta
+from datetime import date
 
 import dagster as dg
 
-from assets.partitions import beings, daily
+from assets.partitions import beings, days
 from mindflow import audit
 from mindflow.inbox import ingest
 from mindflow.loop.forget import propose_ingested
@@ -13,34 +13,52 @@ from mindflow.resources import DuckDBResource, MindflowHome
 
 
 @dg.asset(
-    partitions_def=daily,
+    partitions_def=days,
     backfill_policy=dg.BackfillPolicy.single_run(),
     pool="duckdb",
     group_name="ingest",
     kinds={"duckdb"},
-    code_version="1",
+    code_version="2",
 )
 def episodes(
     context: dg.AssetExecutionContext, duckdb: DuckDBResource, mindflow_home: MindflowHome
 ) -> dg.MaterializeResult:
-    """Episodes per being and day, parsed from inbox JSONL, OpenClaw transcripts and daily logs."""
-    window = context.partition_time_window
-    start, end = window.start.date(), (window.end - timedelta(days=1)).date()
+    """Episodes per being and day, parsed from inbox JSONL, OpenClaw transcripts and daily logs.
+
+    Partitioned by the days that hold episodes. A run covers the days of its partition keys
+    (a range of them, in a backfill) and records one materialization per day, with that day's
+    own `dagster/row_count` and `new_on_day`; the rest (new, duplicates, quarantined, files) is the
+    run's, the same on each of its days.
+    """
+    run_days = sorted(date.fromisoformat(key) for key in context.partition_keys)
+    start, end = run_days[0], run_days[-1]
     settings = mindflow_home.settings()
     with duckdb.connect() as con:
         # Critical files are verified at the start of every run; changes are logged as ALERT.
         integrity = audit.verify_critical(settings, con, run_id=context.run_id)
         started = utcnow()
-        report = ingest(con, settings.inbox, start, end, max_chars=settings.max_episode_chars)
+        before = _rows_per_day(con, start, end)
+        report = ingest(
+            con, settings.inbox, start, end, days=set(run_days), max_chars=settings.max_episode_chars
+        )
         # "Forget about ..." in a dropped file waits for a person like one sent to the API.
         proposals = propose_ingested(con, settings, started)
+        after = _rows_per_day(con, start, end)
         total = con.execute("SELECT count(*) FROM episodes").fetchone()[0]
-        in_range = con.execute(
-            "SELECT count(*) FROM episodes WHERE day BETWEEN ? AND ?", [start, end]
-        ).fetchone()[0]
+        stored_days = [r[0].isoformat() for r in con.execute("SELECT DISTINCT day FROM episodes").fetchall()]
         all_beings = [
             r[0] for r in con.execute("SELECT DISTINCT being_id FROM episodes ORDER BY 1").fetchall()
         ]
+    for day in run_days:
+        rows = after.get(day, 0)
+        context.add_asset_metadata(
+            {"dagster/row_count": dg.MetadataValue.int(rows), "new_on_day": rows - before.get(day, 0)},
+            partition_key=day.isoformat(),
+        )
+    # Days stored before they were partitions (a home from before `days`) become partitions too.
+    known_days = set(context.instance.get_dynamic_partitions(days.name))
+    if unknown_days := sorted(set(stored_days) - known_days):
+        context.instance.add_dynamic_partitions(days.name, unknown_days)
     known = set(context.instance.get_dynamic_partitions(beings.name))
     new_beings = [b for b in all_beings if b not in known]
     if new_beings:
@@ -56,9 +74,9 @@ def episodes(
     )
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": dg.MetadataValue.int(total),
-            "episodes_in_partitions": in_range,
-            "days": f"{start} .. {end}",
+            "episodes_in_table": total,
+            "episodes_in_run": sum(after.get(day, 0) for day in run_days),
+            "days": f"{start} .. {end}" if len(run_days) > 1 else str(start),
             "new": report.new,
             "duplicates": report.duplicates,
             "quarantined": report.quarantined,
@@ -75,3 +93,10 @@ def episodes(
             "quarantine_files": dg.MetadataValue.json(report.quarantine_files),
         }
     )
+
+
+def _rows_per_day(con, start: date, end: date) -> dict[date, int]:
+    rows = con.execute(
+        "SELECT day, count(*) FROM episodes WHERE day BETWEEN ? AND ? GROUP BY day", [start, end]
+    ).fetchall()
+    return dict(rows)

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.policies import EXTERNAL_CALLS
 from mindflow import graph
 from mindflow.resources import DuckDBResource, LanceDBResource
 
@@ -10,12 +11,13 @@ from mindflow.resources import DuckDBResource, LanceDBResource
     deps=[
         dg.AssetDep("clusters", partition_mapping=dg.AllPartitionMapping()),
         # Activation (and with it the Cool facts left out) comes from the decay job.
-        dg.AssetDep("decay_scores", partition_mapping=dg.AllPartitionMapping()),
+        "decay_scores",
     ],
     pool="duckdb",
     group_name="recall",
     kinds={"lancedb"},
     code_version="1",
+    retry_policy=EXTERNAL_CALLS,
 )
 def facts_graph(
     context: dg.AssetExecutionContext, duckdb: DuckDBResource, lancedb: LanceDBResource

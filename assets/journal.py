@@ -4,12 +4,13 @@ import dagster as dg
 
 from assets.clusters import clusters
 from assets.nodes import PATROL, llm_metadata, per_being_table, resolve_llm
+from assets.policies import EXTERNAL_CALLS
 from mindflow import patrol
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource
 
 
-@dg.asset(deps=[clusters], **(PATROL | {"kinds": {"duckdb", "git"}}))
+@dg.asset(deps=[clusters], retry_policy=EXTERNAL_CALLS, **(PATROL | {"kinds": {"duckdb", "git"}}))
 def journal(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     """The being's diary (3-5 lines for the day) and think.md (3-7 bullets), by the patrol model."""
     settings = duckdb.settings()

@@ -6,6 +6,7 @@ import dagster as dg
 
 from assets.nodes import per_being_table
 from assets.partitions import beings
+from assets.policies import EXTERNAL_CALLS
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource, MindflowHome
 
 
@@ -17,6 +18,7 @@ from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResourc
     group_name="narrative",
     kinds={"lancedb", "markdown"},
     code_version="1",
+    retry_policy=EXTERNAL_CALLS,
 )
 def journal_chunks(
     context: dg.AssetExecutionContext,

@@ -3,6 +3,7 @@ their history."""
 
 import dagster as dg
 
+from assets.policies import EXTERNAL_CALLS, NIGHTLY
 from mindflow import lance
 from mindflow.memories import TABLE, desired_refs_sql, publish
 from mindflow.resources import DuckDBResource, LanceDBResource
@@ -13,12 +14,14 @@ from mindflow.resources import DuckDBResource, LanceDBResource
         # Published from the nodes: in the `form` job (no clusters, no decay) this orders it after them.
         dg.AssetDep("nodes", partition_mapping=dg.AllPartitionMapping()),
         dg.AssetDep("clusters", partition_mapping=dg.AllPartitionMapping()),
-        dg.AssetDep("decay_scores", partition_mapping=dg.AllPartitionMapping()),
+        "decay_scores",
     ],
     pool="duckdb",
     group_name="recall",
     kinds={"lancedb"},
     code_version="2",
+    retry_policy=EXTERNAL_CALLS,
+    freshness_policy=NIGHTLY,
     check_specs=[
         dg.AssetCheckSpec(
             "one_row_per_memory",

@@ -5,6 +5,7 @@ from typing import Literal
 import dagster as dg
 
 from assets.partitions import beings
+from assets.policies import EXTERNAL_CALLS
 from mindflow import audit, patrol
 from mindflow.audit.tables import log_history
 from mindflow.models import utcnow
@@ -60,7 +61,7 @@ def llm_metadata(llm, extra: dict) -> dict:
     return {**extra, **(llm.metadata() if llm is not None else {})}
 
 
-@dg.asset(deps=[ALL_EPISODES], **(PATROL | {"code_version": "2"}))
+@dg.asset(deps=[ALL_EPISODES], retry_policy=EXTERNAL_CALLS, **(PATROL | {"code_version": "2"}))
 def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
     """Scenes extracted from a being's episodes: by the extraction model in batches when one is
     configured (with entities, facts and relations), else one scene per episode."""
@@ -135,6 +136,7 @@ class NodesConfig(dg.Config):
             description="No node sits in another being's cluster, or in no cluster at all.",
         )
     ],
+    retry_policy=EXTERNAL_CALLS,
     **(PATROL | {"code_version": "4"}),
 )
 def nodes(

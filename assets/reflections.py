@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.nodes import llm_metadata, per_being_table, resolve_llm
 from assets.partitions import beings
+from assets.policies import EXTERNAL_CALLS
 from assets.story import run_trigger
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource
 
@@ -11,7 +12,7 @@ from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResourc
 @dg.asset(
     deps=[
         dg.AssetDep("nodes", partition_mapping=dg.AllPartitionMapping()),
-        dg.AssetDep("decay_scores", partition_mapping=dg.AllPartitionMapping()),
+        "decay_scores",
     ],
     partitions_def=beings,
     backfill_policy=dg.BackfillPolicy.single_run(),
@@ -19,6 +20,7 @@ from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResourc
     group_name="reflection",
     kinds={"duckdb", "markdown"},
     code_version="1",
+    retry_policy=EXTERNAL_CALLS,
 )
 def reflections(
     context: dg.AssetExecutionContext,
@@ -60,7 +62,13 @@ def reflections(
     )
 
 
-@dg.asset(pool="duckdb", group_name="reflection", kinds={"duckdb", "lancedb"}, code_version="1")
+@dg.asset(
+    pool="duckdb",
+    group_name="reflection",
+    kinds={"duckdb", "lancedb"},
+    code_version="1",
+    retry_policy=EXTERNAL_CALLS,
+)
 def applied_proposals(
     context: dg.AssetExecutionContext,
     duckdb: DuckDBResource,

@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.nodes import llm_metadata, resolve_llm
 from assets.partitions import beings
+from assets.policies import EXTERNAL_CALLS
 from mindflow.resources import DuckDBResource
 
 NARRATIVE = dict(
@@ -54,6 +55,7 @@ def integrity_check(report) -> dg.AssetCheckResult:
         )
     ],
     code_version="1",
+    retry_policy=EXTERNAL_CALLS,
     **NARRATIVE,
 )
 def story(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:
@@ -117,8 +119,9 @@ def story(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mater
 
 
 @dg.asset(
-    deps=["story", "nodes", dg.AssetDep("decay_scores", partition_mapping=dg.AllPartitionMapping())],
+    deps=["story", "nodes", "decay_scores"],
     code_version="1",
+    retry_policy=EXTERNAL_CALLS,
     **NARRATIVE,
 )
 def core_memory(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.MaterializeResult:

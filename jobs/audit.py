@@ -2,12 +2,11 @@
 
 import dagster as dg
 
-from assets.audit import monthly
-
+# Monthly partitions come from the asset (`assets.audit.monthly`): Dagster infers them from the
+# selection, and deprecates naming them again here.
 audit_digest_job = dg.define_asset_job(
     "audit_digest",
     selection=["audit_archive"],
-    partitions_def=monthly,
     description="Summarise audit entries older than 90 days into meta/audit-archive.md and prune them.",
     executor_def=dg.in_process_executor,
 )

@@ -5,8 +5,8 @@ import dagster as dg
 decay_job = dg.define_asset_job(
     "decay",
     selection=["decay_scores", "memories", "facts_graph"],
-    description="Recompute decay scores and statuses and fact activation as of the partition's day, then "
-    "publish them.",
+    description="Recompute decay scores and statuses and fact activation as of a day (config `as_of`, "
+    "by default now), then publish them.",
     executor_def=dg.in_process_executor,
 )
 
@@ -20,4 +20,9 @@ decay_job = dg.define_asset_job(
 def nightly_decay(context: dg.ScheduleEvaluationContext):
     """Every night at 03:00, decay as of that day."""
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return dg.RunRequest(run_key=f"decay-{day}", partition_key=day)
+    return dg.RunRequest(run_key=f"decay-{day}", run_config=as_of_config(day))
+
+
+def as_of_config(day: str) -> dict:
+    """The run config of a decay run as of `day` (YYYY-MM-DD)."""
+    return {"ops": {"decay_scores": {"config": {"as_of": day}}}}

@@ -199,6 +199,11 @@ def status() -> None:
     waiting = proposal_lines(settings)
     if waiting:
         typer.echo("\nProposals:\n" + waiting)
+    from mindflow import failures
+
+    failed = failures.lines(settings)  # runs/failures.jsonl: read without DuckDB or Dagster
+    if failed:
+        typer.echo("\n" + failed)
 
 
 @app.command()
@@ -414,6 +419,10 @@ def rollback(
     try:
         with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s) as con:
             sha, changed = audit.rollback(settings, file, to, con=con)
+        if changed:
+            from mindflow.materializations import report_rollback
+
+            report_rollback(settings, file, sha)  # STORY.md and MEMORY.md are assets' outputs
     except MindflowError as exc:
         _fail(exc)
     if changed:
@@ -598,6 +607,9 @@ def ebooks_reindex(
     try:
         with bar:
             report = rag.reindex(settings, embedder=embedder, progress=advance)
+        from mindflow.materializations import report_ebook_reindex
+
+        report_ebook_reindex(settings, report)  # so the UI shows `ebook_chunks` as this reindex left it
     except MindflowError as exc:
         _fail(exc)
     typer.echo(

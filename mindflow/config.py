@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -25,6 +26,23 @@ LLM_PRICES: dict[str, tuple[float, float]] = {
     "gpt-4.1-mini": (0.4, 1.6),
     "gpt-4.1": (2.0, 8.0),
 }
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """A place on S3-compatible object storage (`s3://bucket/prefix`) and the options to reach it.
+
+    Settings.lance_path is one of these, or a local folder; mindflow.lance connects to either."""
+
+    uri: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return dict(self.options)
+
+    def __str__(self) -> str:
+        return self.uri
 
 
 class Settings(BaseSettings):
@@ -57,6 +75,20 @@ class Settings(BaseSettings):
     )
     duckdb_lock_timeout_s: float = Field(
         default=600.0, description="How long a job waits for another process holding the DuckDB file."
+    )
+    failure_webhook_url: str | None = Field(
+        default=None,
+        description="A failed run of any mindflow job is POSTed here as JSON (job, run id, partition, "
+        "times, first error line); unset: recorded in the audit log and `mindflow status` only.",
+    )
+    failure_webhook_timeout_s: float = Field(
+        default=5.0, gt=0, description="How long the run-failure sensor waits for the webhook to answer."
+    )
+    progress_after_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="`mindflow run` prints a run's progress lines (embedded N/M ...) on stderr once the "
+        "run has lasted this long; shorter runs print only their summary.",
     )
     api_tokens: SecretStr | None = Field(
         default=None,
@@ -286,6 +318,29 @@ class Settings(BaseSettings):
         description="Two active memories of one cluster at or above this cosine are proposed as a merge.",
     )
 
+    # The scale profile (README "Running at scale"): the same code on shared servers.
+    dagster_postgres_url: SecretStr | None = Field(
+        default=None,
+        description="postgresql://user:password@host:port/db: the Dagster instance (runs, event log, "
+        "schedules) in PostgreSQL instead of SQLite files under MINDFLOW_HOME/dagster, so run "
+        "workers, the daemon and the UI of several machines share it. dagster.yaml names the "
+        "variable, never its value.",
+    )
+    lance_uri: str | None = Field(
+        default=None,
+        description="Where the LanceDB tables live: s3://bucket/prefix for S3-compatible object "
+        "storage, read by any number of API servers; unset, the folder MINDFLOW_HOME/lance.",
+    )
+    s3_endpoint: str | None = Field(
+        default=None,
+        description="The object store's URL (http://127.0.0.1:9000 for MinIO or moto); unset, AWS S3. "
+        "Credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY as usual.",
+    )
+    s3_region: str | None = Field(default=None, description="The bucket's region (AWS_REGION otherwise).")
+    s3_allow_http: bool = Field(
+        default=False, description="Allow a plain-HTTP endpoint: for a server on loopback only."
+    )
+
     @cached_property
     def resolved_home(self) -> Path:
         return self.home.expanduser().resolve()
@@ -295,7 +350,15 @@ class Settings(BaseSettings):
         return self.resolved_home / "mindflow.duckdb"
 
     @property
-    def lance_path(self) -> Path:
+    def lance_path(self) -> Path | ObjectStore:
+        """The LanceDB tables: a local folder, or object storage with MINDFLOW_LANCE_URI."""
+        if self.lance_uri and "://" in self.lance_uri and not self.lance_uri.startswith("file://"):
+            options = {"aws_endpoint": self.s3_endpoint, "aws_region": self.s3_region}
+            if self.s3_allow_http:
+                options["allow_http"] = "true"
+            return ObjectStore(self.lance_uri.rstrip("/"), tuple((k, v) for k, v in options.items() if v))
+        if self.lance_uri:
+            return Path(self.lance_uri.removeprefix("file://")).expanduser().resolve()
         return self.resolved_home / "lance"
 
     @property

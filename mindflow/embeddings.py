@@ -35,9 +35,15 @@ def _load_sentence_transformer(name: str):
         if name in _MODELS:
             return _MODELS[name]
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
         local = model_dir(name)
         path = str(local) if local is not None else name
+        # transformers draws a "Loading weights" bar on stderr for every load, a fraction of a
+        # second: noise in every command's output. Its own switch turns the bar off for the load
+        # only (a caller that turned bars off keeps them off).
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
         try:
             model = SentenceTransformer(path, device="cpu")
         except Exception as exc:  # noqa: BLE001 - any load failure is a configuration problem
@@ -46,6 +52,9 @@ def _load_sentence_transformer(name: str):
                 "set MINDFLOW_EMBEDDING_MODEL to a local sentence-transformers path or "
                 f"leave it at {DEFAULT_MODEL!r}"
             ) from exc
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         _MODELS[name] = model
         return model
 
@@ -81,7 +90,10 @@ class Embedder:
     def dimension(self) -> int:
         if self.model.startswith(OPENAI_PREFIX):
             return 1536
-        return int(_load_sentence_transformer(self.model).get_sentence_embedding_dimension())
+        model = _load_sentence_transformer(self.model)
+        # sentence-transformers 6 renamed it (the old name warns); older versions have only the old one.
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(dimension())
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed texts in batches; rows are L2-normalised float32 vectors."""

@@ -12,8 +12,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from functools import lru_cache
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
@@ -374,15 +373,14 @@ def _key_function(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
 # --------------------------------------------------------------------------- traversal
 
 
-@lru_cache(maxsize=16)
-def _reader(path: str):
-    # A zero consistency interval makes every read check for a newer table
+def _reader(path: lance.Location):
+    # lance.reader's zero consistency interval makes every read check for a newer table
     # version, so the API sees each publish without a restart.
-    return lance.lancedb_module().connect(path, read_consistency_interval=timedelta(0))
+    return lance.reader(path)
 
 
 def _tables(lance_path: Path):
-    db = _reader(str(lance_path))
+    db = _reader(lance_path)
     return lance.open_table(db, FACTS), lance.open_table(db, RELATIONS), lance.open_table(db, ALIASES)
 
 
@@ -396,7 +394,7 @@ _ENTITY_INDEXES: dict[tuple, EntityIndex] = {}
 def entity_index(lance_path: Path, being_id: str) -> EntityIndex:
     """Every entity of the being with the names it goes by, as published (cached per table versions)."""
     validate_being_id(being_id)
-    if not lance_path.is_dir():
+    if not lance.exists(lance_path):
         return EntityIndex()
     facts_table, relations_table, aliases_table = _tables(lance_path)
     cache_key = (
@@ -433,7 +431,7 @@ def _select(table, condition: str, columns: list[str]) -> list[dict]:
 def resolve_entity(lance_path: Path, being_id: str, entity: str) -> tuple[str, str] | None:
     """(entity key, how) for a loose name: `alias`, `name`, `normalised` or `words`; None if unknown."""
     query_key = key_of(entity)
-    if not query_key or not lance_path.is_dir():
+    if not query_key or not lance.exists(lance_path):
         return None
     facts_table, relations_table, aliases_table = _tables(lance_path)
     if aliases_table is not None:
@@ -453,7 +451,7 @@ def search_facts(
 
     validate_being_id(being_id)
     terms = sanitize_fts_query(query)
-    if not terms or not lance_path.is_dir():
+    if not terms or not lance.exists(lance_path):
         return []
     facts_table = _tables(lance_path)[0]
     if facts_table is None:

@@ -207,19 +207,23 @@ def pending_days(inbox: Path, *, max_chars: int = MAX_EPISODE_CHARS) -> dict[str
     return {b: sorted(d) for b, d in days.items()}
 
 
-def plan_ranges(days: list[date], max_gap_days: int) -> list[tuple[date, date]]:
-    """Contiguous day ranges covering `days`, split where two days lie more than max_gap_days apart.
+def plan_key_ranges(wanted: list[date], keys: list[str], max_gap: int) -> list[tuple[str, str]]:
+    """Ranges of partition keys (first, last) covering the `wanted` days, split where more than
+    `max_gap` other keys lie between two of them.
 
-    Each ingest run materializes every daily partition of its range, and Dagster
-    records an event per partition; a long empty stretch costs more than a new run.
+    `keys` are the `days` partitions in Dagster's order (the order they were added: an old
+    conversation imported late comes after newer days), every wanted day among them. A run
+    over a range ingests the days it names; the other days inside it are ingested again,
+    which adds nothing and records their row counts anew.
     """
-    ranges: list[tuple[date, date]] = []
-    for day in sorted(set(days)):
-        if ranges and (day - ranges[-1][1]).days <= max_gap_days:
-            ranges[-1] = (ranges[-1][0], day)
+    position = {key: i for i, key in enumerate(keys)}
+    ranges: list[tuple[int, int]] = []
+    for i in sorted({position[d.isoformat()] for d in wanted}):
+        if ranges and i - ranges[-1][1] - 1 <= max_gap:
+            ranges[-1] = (ranges[-1][0], i)
         else:
-            ranges.append((day, day))
-    return ranges
+            ranges.append((i, i))
+    return [(keys[first], keys[last]) for first, last in ranges]
 
 
 @dataclass
@@ -316,8 +320,10 @@ def ingest(
     *,
     now: datetime | None = None,
     max_chars: int = MAX_EPISODE_CHARS,
+    days: set[date] | None = None,
 ) -> IngestReport:
-    """Upsert the episodes of days [start, end] from pending and done inbox files.
+    """Upsert the episodes of days [start, end] (only `days` of them, when given) from pending and done
+    inbox files.
 
     A pending file moves to `inbox/.done/` once all its episodes are stored, by
     this run or earlier ones; until then it waits for runs covering its other days. Episodes are keyed
@@ -326,6 +332,10 @@ def ingest(
     """
     now = now or utcnow()
     report = IngestReport()
+
+    def covered(day: date) -> bool:
+        return start <= day <= end and (days is None or day in days)
+
     pending = pending_files(inbox)
     done = _done_files(con, inbox, start, end)
     pending_shas = {(p.being_id, p.sha256) for p in pending}
@@ -346,7 +356,7 @@ def ingest(
     for landed, result, is_pending in _without_reused_ids(con, parsed):
         report.files += 1
         report.parsed += len(result.episodes)
-        in_range = [e for e in result.episodes if start <= e.day <= end]
+        in_range = [e for e in result.episodes if covered(e.day)]
         report.out_of_range += len(result.episodes) - len(in_range)
         selected.extend(in_range)
         if is_pending:
@@ -358,7 +368,7 @@ def ingest(
             if len(in_range) == len(result.episodes):
                 finished.append((landed, result))
             else:
-                outside = [e for e in result.episodes if not start <= e.day <= end]
+                outside = [e for e in result.episodes if not covered(e.day)]
                 waiting.append((landed, result, outside))
 
     report.beings = {e.being_id for e in selected}

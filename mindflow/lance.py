@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from mindflow.config import ObjectStore
+
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -119,27 +121,49 @@ def lancedb_module():
     return lancedb
 
 
-def connect(path: Path):
+# Where the tables live: a local folder, or object storage (Settings.lance_path).
+Location = Path | ObjectStore
+
+
+def _options(where: Location) -> dict:
+    return {} if isinstance(where, Path) else {"storage_options": where.storage_options}
+
+
+def ensure(where: Location) -> None:
+    """Create the local folder; on object storage a table's first write creates its prefix."""
+    if isinstance(where, Path):
+        where.mkdir(parents=True, exist_ok=True)
+
+
+def exists(where: Location) -> bool:
+    """Whether anything may have been published there: a folder that exists, or any object store
+    (a missing table there is found missing when opened)."""
+    return where.is_dir() if isinstance(where, Path) else True
+
+
+def connect(where: Location):
     lancedb = lancedb_module()
-    path.mkdir(parents=True, exist_ok=True)
-    return lancedb.connect(str(path))
+    ensure(where)
+    return lancedb.connect(str(where), **_options(where))
 
 
 _READERS: dict[str, object] = {}
 _READERS_LOCK = threading.Lock()
 
 
-def reader(path: Path):
-    """One connection per folder for a long-lived reader (the read API): it checks for a
-    newer table version on every read, so it sees what the last job published without
-    a restart."""
+def reader(path: Location):
+    """One connection per folder (or object store prefix) for a long-lived reader (the read
+    API): it checks for a newer table version on every read, so it sees what the last job
+    published without a restart."""
     key = str(path)
     with _READERS_LOCK:
         db = _READERS.get(key)
         if db is None:
             lancedb = lancedb_module()
-            path.mkdir(parents=True, exist_ok=True)
-            db = lancedb.connect(key, read_consistency_interval=timedelta(0), session=_session(key))
+            ensure(path)
+            db = lancedb.connect(
+                key, read_consistency_interval=timedelta(0), session=_session(key), **_options(path)
+            )
             _READERS[key] = db
     return db
 
@@ -156,7 +180,7 @@ def _session(key: str):
     return session
 
 
-def snapshot(path: Path, name: str):
+def snapshot(path: Location, name: str):
     """The table as it is now, never re-reading its version (None before it exists), through
     LanceDB's async API; it shares the reader's caches, so holding one costs no second copy
     of the indexes. A query on it is one call into LanceDB's event loop (`run_async`); the
@@ -169,7 +193,8 @@ def snapshot(path: Path, name: str):
 
     async def opened():
         try:
-            return await (await lancedb.connect_async(key, session=session)).open_table(name)
+            db = await lancedb.connect_async(key, session=session, **_options(path))
+            return await db.open_table(name)
         except (FileNotFoundError, ValueError):
             return None
 
@@ -193,12 +218,13 @@ class LatestTable:
     `_versions` folder, which changes the folder's mtime, so while that mtime is what it
     was the version is too. File times come from a coarse clock, so a commit in the same
     tick as the one before could leave the mtime as it was: an mtime younger than
-    SETTLE_NS is never trusted and the version is read again.
+    SETTLE_NS is never trusted and the version is read again. On object storage there is no
+    folder to stat: the version is read on every call (one small request).
     """
 
     SETTLE_NS = 2_000_000_000
 
-    def __init__(self, path: Path, name: str):
+    def __init__(self, path: Location, name: str):
         self.path = path
         self.name = name
         self._lock = threading.Lock()
@@ -208,7 +234,7 @@ class LatestTable:
         """(table, version), or (None, None) before the table exists."""
         try:
             mtime = os.stat(self.path / f"{self.name}.lance" / "_versions").st_mtime_ns
-        except OSError:
+        except (OSError, TypeError):  # TypeError: an object store, no folder to stat
             mtime = None
         with self._lock:
             seen = self._seen

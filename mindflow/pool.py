@@ -30,6 +30,8 @@ POOL = "duckdb"
 PID_TAG = "mindflow/pid"
 PID_START_TAG = "mindflow/pid_start"  # the process's start time, so a reused pid is not taken for it
 HOST_TAG = "mindflow/host"
+# A re-execution (the UI's "Re-execute", a retry) copies its parent's tags, the CLI's pid among them.
+PARENT_RUN_TAG = "dagster/parent_run_id"
 WAIT_POLL_S = 1.0
 
 
@@ -128,7 +130,8 @@ def _worker_pid(instance, run_id: str) -> int | None:
 def _process_of(instance, run) -> tuple[int | None, str | None, bool]:
     """(pid, its start time, whether this machine can check it) for a run."""
     tags = run.tags
-    if PID_TAG in tags:
+    # The pid tags of a re-execution name its parent's process, not the run worker's.
+    if PID_TAG in tags and PARENT_RUN_TAG not in tags:
         try:
             pid = int(tags[PID_TAG])
         except ValueError:

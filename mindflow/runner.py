@@ -7,6 +7,7 @@ and show up in the UI like any other run.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from mindflow import pool
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
-from mindflow.inbox import pending_days, plan_ranges, validate_being_id
+from mindflow.inbox import pending_days, plan_key_ranges, validate_being_id
 from mindflow.models import utcnow
 
 JOBS = (
@@ -56,6 +57,15 @@ event_log_storage:
   module: mindflow.dagster_storage
   class: MindflowSqliteEventLogStorage
 """
+# The scale profile (MINDFLOW_DAGSTER_POSTGRES_URL): runs, event log and schedules in PostgreSQL,
+# shared by run workers, the daemon and the UI wherever they run. The file names the variable,
+# never the password; every process of the instance needs it in its environment.
+POSTGRES_STORAGE = """\
+storage:
+  postgres:
+    postgres_url:
+      env: MINDFLOW_DAGSTER_POSTGRES_URL
+"""
 # What earlier versions of mindflow wrote, upgraded in place while nobody has edited it.
 _EARLIER_YAML = tuple(
     _HEADER + pools + _TELEMETRY + storage
@@ -63,7 +73,8 @@ _EARLIER_YAML = tuple(
     for storage in ("", _OWN_STORAGE)
     if _HEADER + pools + _TELEMETRY + storage != DAGSTER_YAML
 )
-# The CLI prints one line per run; the full event log is in the UI.
+# The CLI prints one line per run; the full event log is in the UI. A long run's progress lines
+# (embedded N/M ...) reach stderr once it has lasted MINDFLOW_PROGRESS_AFTER_S (jobs/loggers.py).
 _QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -100,9 +111,24 @@ def prepare_instance(settings: Settings) -> Path:
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists() or config.read_text() in _EARLIER_YAML:
-        config.write_text(DAGSTER_YAML)
-    elif "mindflow.dagster_storage" in config.read_text():
+    wanted = DAGSTER_YAML
+    if settings.dagster_postgres_url is not None:
+        if importlib.util.find_spec("dagster_postgres") is None:
+            raise MindflowError(
+                "MINDFLOW_DAGSTER_POSTGRES_URL is set but dagster-postgres is not installed: "
+                "pip install 'mindflow[scale]'"
+            )
+        wanted = DAGSTER_YAML + POSTGRES_STORAGE
+        scheme, _, rest = settings.dagster_postgres_url.get_secret_value().partition("://")
+        # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; dagster-postgres brings psycopg2.
+        scheme = "postgresql+psycopg2" if scheme in ("postgresql", "postgres") else scheme
+        os.environ["MINDFLOW_DAGSTER_POSTGRES_URL"] = f"{scheme}://{rest}"
+    # Switching profiles rewrites a file mindflow wrote; one a user edited is theirs.
+    current = config.read_text() if config.exists() else None
+    if current is None or current in (*_EARLIER_YAML, DAGSTER_YAML, DAGSTER_YAML + POSTGRES_STORAGE):
+        if current != wanted:
+            config.write_text(wanted)
+    elif "mindflow.dagster_storage" in current:
         raise MindflowError(
             f"{config} names mindflow.dagster_storage, which mindflow no longer has: delete its "
             "`event_log_storage:` block (Dagster's default storage reads the same files)"
@@ -125,8 +151,10 @@ def init_home(settings: Settings) -> Path:
     needs on first use; this does it ahead, once."""
     from mindflow import store
 
-    for folder in (settings.inbox, settings.events, settings.workspace, settings.lance_path):
+    for folder in (settings.inbox, settings.events, settings.workspace):
         folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(settings.lance_path, Path):  # on object storage the first table makes its prefix
+        settings.lance_path.mkdir(parents=True, exist_ok=True)
     home = prepare_instance(settings)
     import dagster as dg
 
@@ -160,14 +188,6 @@ def _instance():
     instance = dg.DagsterInstance.get()
     _INSTANCE.append((key, instance))
     return instance
-
-
-def _definitions():
-    if str(PROJECT_ROOT) not in sys.path:
-        sys.path.insert(0, str(PROJECT_ROOT))
-    from definitions import defs
-
-    return defs
 
 
 def _parse_day(key: str) -> date:
@@ -244,24 +264,10 @@ def run_job(
     if job == "ingest":
         if being is not None:
             raise MindflowError("ingest covers every being's inbox; drop --being")
-        if partition:
-            ranges = [_day_range(partition)]
-        else:
-            pending = pending_days(settings.inbox, max_chars=settings.max_episode_chars)
-            days = [d for ds in pending.values() for d in ds]
-            ranges = plan_ranges(days, settings.ingest_max_gap_days)
-        runs.extend(
-            (
-                f"{first}...{last}",
-                {
-                    "tags": {
-                        "dagster/asset_partition_range_start": first.isoformat(),
-                        "dagster/asset_partition_range_end": last.isoformat(),
-                    }
-                },
-            )
-            for first, last in ranges
-        )
+        # The days to ingest; their runs are planned over the `days` partitions (see _ingest_runs).
+        span = _day_range(partition) if partition else None
+        pending = pending_days(settings.inbox, max_chars=settings.max_episode_chars)
+        ingest_days = [d for ds in pending.values() for d in ds if span is None or span[0] <= d <= span[1]]
     elif job == "ebook_reindex":
         if being is not None or partition:
             raise MindflowError("ebook_reindex covers the whole ebook folder; drop --being and --partition")
@@ -292,7 +298,9 @@ def run_job(
         if being is not None:
             raise MindflowError("decay covers every being; drop --being")
         day = _day_range(partition)[0] if partition else utcnow().date()
-        runs.append((day.isoformat(), {"partition_key": day.isoformat()}))
+        # decay_scores is not partitioned (one current score per memory): the day is its config.
+        decay_config = {"ops": {"decay_scores": {"config": {"as_of": day.isoformat()}}}}
+        runs.append((day.isoformat(), {"run_config": decay_config}))
     elif partition and being and partition != being:
         raise MindflowError("give the being either as --being or as --partition, not both")
     elif partition:
@@ -305,6 +313,8 @@ def run_job(
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     instance = _instance()
+    if job == "ingest":
+        runs.extend(_ingest_runs(instance, ingest_days, span, settings.ingest_max_gap_days))
     if job in ("extraction", "patrol", "form", "narrative", "journal_reindex", "reflection"):
         known = instance.get_dynamic_partitions("beings")
         wanted = being or partition
@@ -330,16 +340,23 @@ def run_job(
             )
     if not runs:
         return []
-    job_def = _definitions().resolve_job_def(job)
+    from mindflow import launch
 
     summaries = []
     for label, kwargs in runs:
-        kwargs.setdefault("tags", {}).update(pool.run_tags())
+        tags = {**kwargs.get("tags", {}), **pool.run_tags()}
+        if "partition_key" in kwargs:
+            tags["dagster/partition"] = kwargs["partition_key"]
         with _pool_turn(instance, say or _say):
-            result = job_def.execute_in_process(
-                instance=instance, raise_on_error=False, run_config=_run_config(job), **kwargs
+            # A run of the code location (its origin as the UI loads it), executed here: it is
+            # listed under its job in the UI and re-executes from there like a launched run.
+            result = launch.execute(
+                instance, job, run_config={**_run_config(job), **kwargs.get("run_config", {})}, tags=tags
             )
         summaries.append(RunSummary(job, label, result.run_id, result.success, _changes(result)))
+        if not result.success and _interrupted(result):
+            # Ctrl-C mid-run: Dagster recorded the run failed ("interrupted"); the CLI says so.
+            raise KeyboardInterrupt
         if not result.success:
             failure = next((e for e in result.all_events if e.is_failure and e.event_specific_data), None)
             detail = ""
@@ -356,15 +373,56 @@ def run_job(
     return summaries
 
 
+def _ingest_runs(
+    instance, wanted: list[date], span: tuple[date, date] | None, max_gap: int
+) -> list[tuple[str, dict]]:
+    """Ingest runs over the `days` partitions: the pending days (within `span`, when given), and in a
+    backfill of `span` the days already partitions there; new days are added as partitions first."""
+    known = list(instance.get_dynamic_partitions("days"))
+    if span is not None:
+        wanted = wanted + [d for d in map(date.fromisoformat, known) if span[0] <= d <= span[1]]
+    wanted = sorted(set(wanted))
+    new = [d.isoformat() for d in wanted if d.isoformat() not in set(known)]
+    if new:
+        instance.add_dynamic_partitions("days", new)
+    return [
+        (
+            f"{first}...{last}",
+            {
+                "tags": {
+                    "dagster/asset_partition_range_start": first,
+                    "dagster/asset_partition_range_end": last,
+                }
+            },
+        )
+        for first, last in plan_key_ranges(wanted, known + new, max_gap)
+    ]
+
+
+def _interrupted(result) -> bool:
+    """Whether a run failed because this process was interrupted (SIGINT, Ctrl-C)."""
+    for event in result.all_events:
+        error = getattr(event.event_specific_data, "error", None) if event.is_failure else None
+        while error is not None:
+            if error.cls_name in ("KeyboardInterrupt", "DagsterExecutionInterruptedError"):
+                return True
+            error = error.cause
+    return False
+
+
 def _run_config(job: str) -> dict:
     """The CLI's quiet loggers, with what the job itself configures (a run config replaces the job's)."""
+    from mindflow.config import load_settings
+
+    progress = {"progress": {"config": {"after_s": load_settings().progress_after_s}}}
+    quiet = {"loggers": {**_QUIET["loggers"], **progress}}
     if job == "form":
         if str(PROJECT_ROOT) not in sys.path:
             sys.path.insert(0, str(PROJECT_ROOT))
         from jobs.form import FORM_RUN_CONFIG
 
-        return {**_QUIET, **FORM_RUN_CONFIG}
-    return _QUIET
+        return {**quiet, **FORM_RUN_CONFIG}
+    return quiet
 
 
 def _changes(result) -> str:

@@ -19,11 +19,12 @@ def test_a_range_run_records_every_day_of_its_range(sample_inbox, settings):
     (ours,) = run_job(settings, "ingest", partition=RANGE)
     instance = dg.DagsterInstance.get()
     records = instance.fetch_materializations(EPISODES, limit=100, ascending=True).records
-    assert [r.partition_key for r in records] == DAYS
+    # One materialization per day of the range; Dagster records a run's days in no set order.
+    assert sorted(r.partition_key for r in records) == DAYS
     assert {r.run_id for r in records} == {ours.run_id}
     assert instance.get_materialized_partitions(EPISODES) == set(DAYS)
     latest = instance.get_latest_materialization_event(EPISODES)
-    assert latest.run_id == ours.run_id and latest.dagster_event.partition == "2026-10-14"
+    assert latest.run_id == ours.run_id and latest.dagster_event.partition in DAYS
 
 
 @pytest.mark.parametrize("earlier", range(len(runner._EARLIER_YAML)))

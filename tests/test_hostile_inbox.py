@@ -180,8 +180,8 @@ def test_the_inbox_sensor_plans_runs_past_poison_lines(home, settings):
             line(text="the good line"),
         ],
     )
-    requests, keys, beings = inbox_run_requests()
-    assert beings == ["ada"] and len(keys) == 1
+    requests, keys, beings, new_days = inbox_run_requests()
+    assert beings == ["ada"] and len(keys) == 1 and new_days == [DAY.isoformat()]
     [request] = requests
     assert request.tags["dagster/asset_partition_range_start"] == DAY.isoformat()
 

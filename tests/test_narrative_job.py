@@ -134,9 +134,8 @@ def test_narrative_job_with_a_model_reports_its_usage(settings, llm_server):
 
 
 def test_monthly_digest_schedule_runs_for_the_month_that_just_ended():
-    definitions()
-    from jobs.audit import monthly_audit_digest
-
+    # The job's monthly partitions come from its asset: the schedule is resolved with the definitions.
+    monthly_audit_digest = definitions().resolve_schedule_def("audit_digest_schedule")
     for when, month in (
         (datetime(2026, 12, 1, 4, 0), "2026-11-01"),
         (datetime(2027, 1, 1, 4, 0), "2026-12-01"),

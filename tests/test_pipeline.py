@@ -343,7 +343,10 @@ def test_the_inbox_sensor_requests_one_deterministic_run_per_new_set_of_files(se
     (request,) = first.run_requests
     assert request.tags["dagster/asset_partition_range_start"] == "2026-10-12"
     assert request.tags["dagster/asset_partition_range_end"] == "2026-10-31"
-    (add,) = first.dynamic_partitions_requests
+    add_days, add = first.dynamic_partitions_requests
+    # The days the files hold become partitions before the run starts; no day between them does.
+    assert add_days.partitions_def_name == "days" and "2026-10-12" in add_days.partition_keys
+    assert len(add_days.partition_keys) < 20 and add_days.partition_keys == sorted(add_days.partition_keys)
     assert (add.partitions_def_name, sorted(add.partition_keys)) == ("beings", ["ada", "bram"])
     # Evaluated again from scratch, the same files give the same run key (Dagster dedupes it).
     assert [r.run_key for r in evaluate(instance).run_requests] == [request.run_key]
@@ -358,14 +361,17 @@ def test_the_inbox_sensor_requests_one_deterministic_run_per_new_set_of_files(se
     assert new_request.run_key != request.run_key
     assert new_request.tags["dagster/asset_partition_range_start"] == "2026-10-12"
     assert new_request.tags["dagster/asset_partition_range_end"] == "2026-11-02"
-    assert not later.dynamic_partitions_requests  # ada is known already
+    # ada is known already; the new day is a new partition.
+    assert [(r.partitions_def_name, list(r.partition_keys)) for r in later.dynamic_partitions_requests] == [
+        ("days", [*add_days.partition_keys, "2026-11-02"])
+    ]
 
     write_day(settings.inbox / "cleo" / "2026-11-03.md", "Cleo met her first user")
     newest = evaluate(instance, later.cursor)
     assert newest.run_requests
     assert all(r.run_key not in (request.run_key, new_request.run_key) for r in newest.run_requests)
     assert max(r.tags["dagster/asset_partition_range_end"] for r in newest.run_requests) == "2026-11-03"
-    (add_cleo,) = newest.dynamic_partitions_requests
+    _, add_cleo = newest.dynamic_partitions_requests
     assert list(add_cleo.partition_keys) == ["cleo"]
 
 

@@ -19,6 +19,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mindflow import lance
 from mindflow.api import models
 from mindflow.api.auth import Being, TokenScopes, parse_tokens
 from mindflow.api.ebooks import ebooks_router
@@ -149,7 +150,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        settings.lance_path.mkdir(parents=True, exist_ok=True)
+        lance.ensure(settings.lance_path)
         # The first recall should not pay for loading the model.
         await anyio.to_thread.run_sync(service.load_model)
         async with AsyncExitStack() as stack:

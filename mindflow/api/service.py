@@ -17,7 +17,7 @@ import numpy as np
 from mindflow import events, fact_activation, graph, lance
 from mindflow.api import models, resonance
 from mindflow.api.subconscious import Fallback, Subconscious
-from mindflow.config import Settings
+from mindflow.config import ObjectStore, Settings
 from mindflow.embeddings import Embedder
 from mindflow.errors import MindflowError
 from mindflow.inbox import validate_being_id
@@ -173,6 +173,8 @@ class RecallService:
 
     def lance_readable(self) -> bool:
         path = self.settings.lance_path
+        if isinstance(path, ObjectStore):
+            return True  # object storage: a failed read reports itself
         return path.is_dir() and os.access(path, os.R_OK | os.X_OK)
 
     def check_query(self, query: str) -> str:

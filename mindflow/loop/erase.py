@@ -538,7 +538,7 @@ def _lance_ids(plan: Plan) -> dict[str, set[str]]:
 
 
 def erase_lance(settings: Settings, plan: Plan, report: EraseReport) -> None:
-    if not settings.lance_path.is_dir():
+    if not lance.exists(settings.lance_path):
         return
     db = lance.connect(settings.lance_path)
     for name, ids in _lance_ids(plan).items():
@@ -615,7 +615,7 @@ def erase_journal_index(
     from mindflow import journal_index
 
     con.execute("DELETE FROM journal_files WHERE being_id = ?", [plan.being_id])
-    if not settings.lance_path.is_dir():
+    if not lance.exists(settings.lance_path):
         return
     table = lance.open_table(lance.connect(settings.lance_path), journal_index.TABLE)
     if table is None:
@@ -1005,7 +1005,7 @@ def erase_duckdb(
     except Exception:
         con.execute("ROLLBACK")
         raise
-    if settings.lance_path.is_dir():
+    if lance.exists(settings.lance_path):
         from mindflow import memory_history
 
         db = lance.connect(settings.lance_path)

@@ -73,6 +73,11 @@ def fingerprints(folder: Path, previous: dict[str, list] | None = None) -> dict[
     return out
 
 
+def _chunks_published(lance_path) -> bool:
+    """Whether the chunk table may exist: its folder, or anywhere on object storage."""
+    return not isinstance(lance_path, Path) or (lance_path / "ebook_chunks.lance").exists()
+
+
 def indexed_fingerprints(settings) -> dict[str, list] | None:
     """The fingerprints the ebook index was last built from (`ebook_documents`), as `fingerprints`
     gives them; only documents indexed (or failed) under the current model and chunking count.
@@ -84,7 +89,7 @@ def indexed_fingerprints(settings) -> dict[str, list] | None:
     from mindflow import store
     from mindflow.errors import MindflowError
 
-    if not settings.duckdb_path.exists() or not (settings.lance_path / "ebook_chunks.lance").exists():
+    if not settings.duckdb_path.exists() or not _chunks_published(settings.lance_path):
         return {}
     key = index_key(settings.embedding_model, settings.ebooks_chunk_tokens, settings.ebooks_chunk_overlap)
     try:
