@@ -809,3 +809,24 @@ def test_a_digest_killed_between_its_files_is_redone_whole(settings, home):
     assert committed(settings, ARCHIVE) == (settings.workspace / ARCHIVE).read_bytes()
     assert not repo(settings).is_dirty() and audit.pending(settings) == 0
     assert [r.run_id for r in audit.read_log(settings) if r.action == "ARCHIVE"] == ["d2"]
+
+
+def test_every_git_lock_a_killed_holder_left_is_removed_by_the_next_one(settings):
+    """A writer killed inside a history rewrite can leave any of git's lock files (ORIG_HEAD.lock from
+    `git reset`, config.lock, a reflog's); the next holder removes them all, and git works again."""
+    from mindflow.audit.trail import HOLDER, workspace_lock
+
+    write(settings, "ada/SOUL.md", "I am ada.\n")
+    gitdir = settings.workspace / ".git"
+    left = [gitdir / n for n in ("ORIG_HEAD.lock", "config.lock", "index.lock", "packed-refs.lock")]
+    left += [gitdir / "refs" / "heads" / "main.lock", gitdir / "logs" / "HEAD.lock"]
+    for path in left:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    (settings.resolved_home / HOLDER).write_text("12345\n")  # the killed holder's marker
+    with workspace_lock(settings):
+        assert [p for p in left if p.exists()] == []
+    subprocess.run(["git", "config", "user.name", "x"], cwd=settings.workspace, check=True)
+    subprocess.run(["git", "reset", "--hard", "--quiet"], cwd=settings.workspace, check=True)
+    write(settings, "ada/SOUL.md", "I am ada, again.\n")
+    assert committed(settings, "ada/SOUL.md") == b"I am ada, again.\n"

@@ -127,9 +127,9 @@ def _after_a_killed_holder(root: Path) -> None:
     gitdir = root / ".git"
     if not gitdir.is_dir():
         return
-    for path in [gitdir / "index.lock", gitdir / "HEAD.lock", gitdir / "packed-refs.lock"]:
-        path.unlink(missing_ok=True)
-    for path in (gitdir / "refs").rglob("*.lock"):
+    # Every `*.lock` under .git is a git lock file: not only the index's and the refs', but also
+    # ORIG_HEAD.lock, config.lock and the reflogs' a history rewrite (git-filter-repo, reset) takes.
+    for path in gitdir.rglob("*.lock"):
         path.unlink(missing_ok=True)
     import git
 
