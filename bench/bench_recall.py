@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import locomo  # noqa: E402
+import loo  # noqa: E402
 import numpy as np  # noqa: E402
 
 KS = (1, 5, 10)
@@ -74,6 +75,10 @@ class Score:
     asked: dict[str, int] = field(default_factory=dict)
     returned: dict[str, int] = field(default_factory=dict)
     missed: set[tuple[str, int]] = field(default_factory=set)  # (being, question index) not in top 10
+    ranks: dict[str, dict[int, int | None]] = field(default_factory=dict)  # being -> question -> first hit
+
+    def ranks_of(self, being: str) -> list[int | None]:
+        return [r for _, r in sorted(self.ranks[being].items())]
 
     def add(self, being: str, index: int, evidence: set[str], sources: list[list[str]]) -> None:
         first = next((i for i, s in enumerate(sources) if evidence & set(s)), None)
@@ -81,6 +86,7 @@ class Score:
         for k in KS:
             hits[k] += first is not None and first < k
         self.asked[being] = self.asked.get(being, 0) + 1
+        self.ranks.setdefault(being, {})[index] = first
         self.returned[being] = self.returned.get(being, 0) + len(sources)
         if first is None or first >= max(KS):
             self.missed.add((being, index))
@@ -171,9 +177,100 @@ def off_domain(table, convs: list[Conversation], config, vectors: np.ndarray) ->
     return sum(returned) / len(returned)
 
 
-def row(name: str, values: list[float | None], extra: str = "") -> str:
+def lever_grids(default) -> tuple[list, dict[str, list]]:
+    """The settings leave-one-out chooses among: today's knobs one at a time around the default,
+    and each ranking lever's values (mindflow/recall/config.py) beside the default."""
+    knobs = [
+        default,
+        *(replace(default, text_weight=t, vector_weight=1 - t) for t in (0.4, 0.6)),
+        *(replace(default, context_weight=c) for c in (0.35, 0.65)),
+    ]
+    levers = {
+        "pseudo-relevance feedback (prf_terms=6, prf_weight 0.05|0.1)": [
+            replace(default, prf_terms=6, prf_weight=w) for w in (0.05, 0.1)
+        ],
+        "session score (session_weight 0.1|0.2)": [replace(default, session_weight=w) for w in (0.1, 0.2)],
+        "re-score of the top 30 by their own BM25 (rescore_weight 0.05|0.1)": [
+            replace(default, rescore_weight=w) for w in (0.05, 0.1)
+        ],
+    }
+    return knobs, levers
+
+
+def leave_one_out_report(table, convs: list[Conversation], default, scores: dict[str, Score]) -> None:
+    """Each configuration asked once; every leave-one-out figure is bookkeeping over its hit ranks.
+
+    A lever is kept when its leave-one-out hit@10 beats today's defaults and its hit@5 does not fall.
+    """
+    knobs, levers = lever_grids(default)
+    seen: dict = {default: scores["mindflow default (hybrid + context)"]}
+    timing: dict = {}
+
+    def ranks(config) -> dict[str, list[int | None]]:
+        if config not in seen:
+            t0 = time.perf_counter()
+            seen[config] = ask_in_process(table, convs, config)
+            timing[config] = time.perf_counter() - t0
+        return {c.being: seen[config].ranks_of(c.being) for c in convs}
+
+    def of(configs) -> loo.LeaveOneOut:
+        return loo.leave_one_out({config: ranks(config) for config in configs})
+
+    def fixed(score: Score) -> list[float]:
+        return [sum(score.rate(k, c.being) for c in convs) / len(convs) for k in KS]
+
+    today = of([default])
+    results = {
+        "today's defaults (nothing chosen)": today,
+        "today's knobs tuned (text weight 0.4|0.5|0.6, context weight 0.35|0.5|0.65)": of(knobs),
+    }
+    for name, values in levers.items():
+        results[f"+ {name}"] = of([default, *values])
+    results["+ every lever above (one chosen per fold)"] = of(
+        [default, *(v for vs in levers.values() for v in vs)]
+    )
+    kept = [
+        name
+        for name in levers
+        if results[f"+ {name}"].loo[10] > today.loo[10] and results[f"+ {name}"].loo[5] >= today.loo[5]
+    ]
+    final = of([default, *(v for name in kept for v in levers[name])])
+    results["kept: " + (" + ".join(kept) if kept else "none (the defaults stay)")] = final
+
+    print("\n## leave-one-conversation-out (LOO): settings chosen on four conversations, scored on the fifth")
+    print(
+        "each figure is the mean over the 5 conversations of their own hit@k (the table above pools"
+        " questions); settings chosen by mean hit@10 (tie-break hit@5); in-sample = chosen on all five"
+    )
+    print(f"| {'method':75s} | hit@1  | hit@5  | hit@10 | in-sample@10 | in - LOO |")
+    print(f"|{'-' * 77}|--------|--------|--------|--------------|----------|")
+    for name in ("plain BM25 (LanceDB FTS)", "plain cosine (MiniLM)", "plain RRF of the two (k=60)"):
+        print(row(name + " (nothing chosen)", fixed(scores[name]), width=75))
+    for name, result in results.items():
+        print(
+            row(name, [result.loo[k] for k in KS], width=75)
+            + f" {result.in_sample[10]:12.3f} | {result.gap:8.3f} |"
+        )
+    print(
+        f"LOO target hit@5 >= {TARGET[5]} and hit@10 >= {TARGET[10]}, in-sample - LOO < 0.03: "
+        + (
+            "met"
+            if final.loo[5] >= TARGET[5] and final.loo[10] >= TARGET[10] and abs(final.gap) < 0.03
+            else "NOT met"
+        )
+        + " (today's defaults were set on these five conversations before: their row is not out of"
+        " sample; the tuned rows are)"
+    )
+    slowest = max(timing.values(), default=0.0)
+    print(
+        f"{len(seen)} configurations asked once each ({sum(timing.values()):.0f} s beyond the table above;"
+        f" slowest {slowest:.0f} s for {sum(len(c.questions) for c in convs)} questions)"
+    )
+
+
+def row(name: str, values: list[float | None], extra: str = "", width: int = 60) -> str:
     cells = " | ".join(f"{v:6.3f}" if v is not None else "     -" for v in values)
-    return f"| {name:60s} | {cells} |{extra}"
+    return f"| {name:{width}s} | {cells} |{extra}"
 
 
 def main() -> int:
@@ -290,6 +387,8 @@ def main() -> int:
         + ("met" if best.rate(5) >= TARGET[5] and best.rate(10) >= TARGET[10] else "NOT met")
     )
     print(http_note)
+
+    leave_one_out_report(table, convs, default, scores)
 
     print("\n## per conversation: default | full-text only | vector only")
     print(f"| {'being':16s} | qs  | def@1  | def@5  | def@10 | fts@5  | fts@10 | vec@5  | vec@10 |")

@@ -53,6 +53,22 @@ class RecallConfig:
     recency_floor: float = 0.9
     decay_exponent: float = 0.5  # factor = min(decay_score, 1) ** exponent
     mmr_lambda: float = 0.7
+    # Pseudo-relevance feedback (`feedback.expansion_terms`): the `prf_terms` words most
+    # shared by the `prf_docs` best candidates are searched again in full text, and that
+    # BM25 (over its best) adds `prf_weight` to the fused score. 0 terms turns it off.
+    prf_terms: int = 0
+    prf_docs: int = 5
+    prf_weight: float = 0.3
+    # Session score (`rerank.session_score`): memories with no pause over
+    # `session_gap_minutes` between them form a session; each memory adds `session_weight`
+    # x its session's summed fused score (over the best session's). 0 turns it off.
+    session_weight: float = 0.0
+    session_gap_minutes: float = 60.0
+    # A second opinion on the `rescore_top` best: BM25 over their own texts, with the
+    # statistics of those texts only (`rerank.local_bm25`), adds `rescore_weight` x it
+    # (over its best). 0 turns it off.
+    rescore_top: int = 30
+    rescore_weight: float = 0.0
     min_similarity: float | None = None  # None: MIN_SIMILARITY of the model
 
     @classmethod

@@ -122,3 +122,41 @@ def mmr(relevance: np.ndarray, vectors: np.ndarray, k: int, lam: float) -> list[
         # one row of similarities per pick (k x n), not the n x n matrix
         best_sim = np.maximum(best_sim, vectors @ vectors[pick])
     return chosen
+
+
+def session_score(fused: np.ndarray, ts: np.ndarray, gap_seconds: float) -> np.ndarray:
+    """Each memory's session total: the summed fused score of the candidates of its session,
+    over the best session's (0 to 1). A session is a run of memories without a pause over
+    `gap_seconds`; a memory without a time is a session of its own.
+
+    A question about one conversation finds several of its turns; a turn of that session
+    that matched weakly is more likely the answer than an equally weak turn elsewhere.
+    """
+    n = len(fused)
+    out = np.zeros(n, dtype=np.float64)
+    if n == 0:
+        return out
+    stamps = ts.astype("datetime64[us]")
+    known = ~np.isnat(stamps)
+    order = np.argsort(np.where(known, stamps.astype(np.int64), np.iinfo(np.int64).max), kind="stable")
+    seconds = stamps[order].astype(np.int64) / 1e6
+    breaks = np.concatenate([[True], (np.diff(seconds) > gap_seconds) | ~known[order][1:]])
+    run = np.cumsum(breaks) - 1
+    totals = np.bincount(run, weights=np.clip(fused[order], 0.0, None))
+    best = totals.max()
+    out[order] = totals[run] / best if best > 0 else 0.0
+    return out
+
+
+def local_bm25(query: str, texts: list[str]) -> np.ndarray:
+    """BM25 of the query over these texts with their own statistics (over its best; 0 to 1).
+
+    Among a query's best candidates, a word they all share (a name the question repeats)
+    counts for little and the word only a few hold counts for much: a different opinion
+    from the full-text index's, whose statistics are those of every memory.
+    """
+    from mindflow.recall import primitives
+
+    scores = primitives.bm25(query, primitives.term_counts(texts), len(texts))
+    best = scores.max() if len(scores) else 0.0
+    return scores / best if best > 0 else scores

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from mindflow import lance
 from mindflow.models import utcnow
-from mindflow.recall import primitives, rerank
+from mindflow.recall import feedback, primitives, rerank
 from mindflow.recall.config import RecallConfig
 from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import Memory
@@ -100,6 +100,7 @@ def recall(
     q = np.asarray(query_vector, dtype=np.float32)
     q = q / max(float(np.linalg.norm(q)), 1e-12)
     weights = [config.vector_weight, config.text_weight]
+    expanded: dict[str, float] = {}  # BM25 of the feedback terms, when pseudo-relevance feedback runs
 
     def score(rows: pa.Table):
         refs = rows.column("memory_ref").to_pylist()
@@ -114,6 +115,9 @@ def recall(
             fused = rerank.scaled(cosine, bm, weights)
         else:
             fused = rerank.weighted([cosine, bm], weights)
+        if expanded:
+            extra = np.array([expanded.get(r, 0.0) for r in refs], dtype=np.float64)
+            fused = fused + config.prf_weight * extra / max(max(expanded.values()), 1e-12)
         return refs, vectors, cosine, v_rank, t_rank, bm, fused
 
     now = now or utcnow()
@@ -125,6 +129,11 @@ def recall(
 
     refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
     decay, recency = weighting(pool)
+    read: dict[str, dict] = {}  # full rows read on the way, for the memories returned
+    if config.prf_terms > 0 and config.text_weight > 0:
+        _feedback(source, query, pool, fused * decay * recency, config, expanded, read)
+        if expanded:
+            refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
     context = np.zeros(len(refs))
     around = None
     support = cosine  # what the floor applies to: the memory's or, with context, its neighbourhood's
@@ -139,13 +148,20 @@ def recall(
     keep = np.flatnonzero(support >= config.floor)
     if len(keep) == 0:
         return []
+    if config.session_weight > 0:
+        ts = pool.column("ts").to_numpy()
+        session = rerank.session_score(fused + context, ts, 60.0 * config.session_gap_minutes)
+        context = context + config.session_weight * session
     fused, decay, recency = fused[keep] + context[keep], decay[keep], recency[keep]
     final = fused * decay * recency
+    if config.rescore_weight > 0 and config.rescore_top > 0:
+        final = _rescored(source, query, [refs[i] for i in keep], final, config, read)
     chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], k, config.mmr_lambda)]
     position = {int(i): j for j, i in enumerate(keep)}
     # The context windows were read whole and hold nearly every memory chosen;
     # read the rest by ref.
     by_ref = {row["memory_ref"]: row for row in _rows(_of_refs(around, [refs[i] for i in chosen]))}
+    by_ref.update(read)
     missing = [refs[i] for i in chosen if refs[i] not in by_ref]
     if missing:
         by_ref.update((row["memory_ref"], row) for row in _rows(source.by_ref(missing)))
@@ -217,6 +233,37 @@ def _with_context(
     support = cosine.copy()
     support[order] = np.where(in_window, np.maximum(cosine[order], near), cosine[order])
     return pool, context, support, scored, around
+
+
+def _texts(source, refs: list[str], read: dict[str, dict] | None = None) -> list[str]:
+    """The texts of these memories, in the order given ('' for one deleted since)."""
+    rows = dict(read or {})
+    missing = [r for r in refs if r not in rows]
+    rows.update((row["memory_ref"], row) for row in _rows(source.by_ref(missing) if missing else None))
+    if read is not None:
+        read.update(rows)
+    return [(rows[r]["text"] or "") if r in rows else "" for r in refs]
+
+
+def _feedback(source, query: str, pool: pa.Table, weighted: np.ndarray, config, expanded: dict, read: dict):
+    """Pseudo-relevance feedback: the words the best candidates share, scored by BM25 over the
+    candidates' own texts (no second full-text search); the scores go into `expanded` by ref."""
+    refs = pool.column("memory_ref").to_pylist()
+    texts = _texts(source, refs, read)
+    best = np.argsort(-weighted, kind="stable")[: config.prf_docs]
+    terms = feedback.expansion_terms(query, [texts[i] for i in best], config.prf_terms)
+    if terms:
+        scores = primitives.bm25(" ".join(terms), primitives.term_counts(texts), len(texts))
+        expanded.update(zip(refs, scores.tolist(), strict=True))
+
+
+def _rescored(source, query: str, refs: list[str], final: np.ndarray, config, read: dict) -> np.ndarray:
+    """The final scores with `rescore_weight` x `rerank.local_bm25` added to the `rescore_top` best."""
+    top = np.argsort(-final, kind="stable")[: config.rescore_top]
+    local = rerank.local_bm25(query, _texts(source, [refs[i] for i in top], read))
+    final = final.copy()
+    final[top] += config.rescore_weight * local * (final[top].max() if len(top) else 0.0)
+    return final
 
 
 def _of_refs(rows: pa.Table | None, refs: list[str]) -> pa.Table | None:

@@ -1,0 +1,29 @@
+"""Pseudo-relevance feedback: the words the best candidates share, to search for again."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mindflow.recall import primitives
+
+
+def expansion_terms(query: str, texts: list[str], n: int) -> list[str]:
+    """The `n` words held by most of `texts` (at least two of them), the query's own words left out.
+
+    The best candidates of a question tend to share the words of its answer's topic
+    ("pottery", "kiln") that the question itself does not use; ties go to the word
+    used more often, then to the first seen.
+    """
+    if n <= 0 or len(texts) < 2:
+        return []
+    asked = set(primitives.fts_terms(query))
+    held: Counter = Counter()
+    used: Counter = Counter()
+    for counts in primitives.term_counts(texts):
+        for word, count in counts.items():
+            if word in asked or len(word) < 3 or word.isdigit():
+                continue
+            held[word] += 1
+            used[word] += count
+    ranked = sorted(held, key=lambda w: (-held[w], -used[w]))
+    return [w for w in ranked if held[w] >= 2][:n]
