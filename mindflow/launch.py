@@ -1,21 +1,16 @@
-"""A job of the code location executed in this process as a run of that code location.
+"""A job of the code location executed in this process, through Dagster's public `execute_job`.
 
 With mindflow/runner.py, mindflow/pool.py and mindflow/resources.py, a library module that
-knows Dagster. `JobDefinition.execute_in_process` and `dagster.execute_job` record runs
-without the code location's origin: the UI leaves such runs out of the job's Runs tab and
-of the Overview timeline (both select runs by the origin's `repository@location` label),
-and its "Re-execute" fails (`CheckError: Expected non-None value`), because it looks the
-job up in the workspace by that origin. Dagster has no public API that executes a run in
-the calling process with that origin, so this module uses three internal names
-(`location_origins_from_yaml_paths`, `RemoteRepositoryOrigin`, `execute_run`), kept here
-alone: the run is created with the origin the UI loads from workspace.yaml, then executed
-here, in process, with the in-process executor the jobs declare.
+knows Dagster. The job is rebuilt from the code location (`build_reconstructable_job` on
+definitions.py), so the run records the job's code origin and can be re-executed with
+`execute_job(..., reexecution_options=ReexecutionOptions(parent_run_id=...))`. Dagster's UI
+lists and re-executes only runs that carry a workspace origin, which no public API gives a
+run executed in the calling process; the UI's own launches (and `dagster job launch`) do.
 """
 
 from __future__ import annotations
 
 import sys
-from functools import cache
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -36,39 +31,26 @@ def code_location_job(name: str):
     return definitions().resolve_job_def(name)
 
 
-@cache
-def _repository_origin():
-    """The origin the UI gives the code location's repository, from workspace.yaml (no server)."""
-    from dagster._core.remote_origin import RemoteRepositoryOrigin
-    from dagster._core.workspace.load import location_origins_from_yaml_paths
+def execute(instance, job: str, *, run_config: dict, tags: dict[str, str], parent_run_id: str | None = None):
+    """Execute a run of `job` here against `instance` (a re-execution of `parent_run_id` when given).
 
-    (location,) = location_origins_from_yaml_paths([str(WORKSPACE_YAML)])
-    return RemoteRepositoryOrigin(location, definitions().get_repository_def().name)
-
-
-def location_label() -> str:
-    """`repository@location`, the label the UI selects a job's runs by (`.dagster/repository`)."""
-    return _repository_origin().get_label()
-
-
-def execute(instance, job: str, *, run_config: dict, tags: dict[str, str]):
-    """Create a run of `job` carrying the code location's origin, and execute it here.
-
-    Returns Dagster's execution result (its events, `run_id`, `success`); a failure of a
-    step is in the result, not raised.
+    Returns Dagster's `ExecuteJobResult` (its events, `run_id`, `success`); a failure of a step is
+    in the result, not raised.
     """
     import dagster as dg
-    from dagster._core.execution.api import execute_run
 
     recon = dg.build_reconstructable_job(
         __name__, code_location_job.__name__, (job,), reconstructor_working_directory=str(PROJECT_ROOT)
     )
-    job_def = recon.get_definition()
-    run = instance.create_run_for_job(
-        job_def,
-        run_config=run_config,
-        tags={**job_def.run_tags, **tags},
-        remote_job_origin=_repository_origin().get_job_origin(job),
-        job_code_origin=recon.get_python_origin(),
-    )
-    return execute_run(recon, run, instance, raise_on_error=False)
+    options = None
+    if parent_run_id:
+        options = dg.ReexecutionOptions(parent_run_id=parent_run_id)
+        # The parent's partition tags (a range of beings or days) make the same run again; its
+        # process tags (mindflow/pid ...) were the parent process's, not this one's.
+        parent = instance.get_run_by_id(parent_run_id)
+        kept = {k: v for k, v in parent.tags.items() if k.startswith("dagster/") and "partition" in k}
+        tags = {**kept, **tags}
+    with dg.execute_job(
+        recon, instance, run_config=run_config, tags=tags, raise_on_error=False, reexecution_options=options
+    ) as result:
+        return result

@@ -348,8 +348,7 @@ def run_job(
         if "partition_key" in kwargs:
             tags["dagster/partition"] = kwargs["partition_key"]
         with _pool_turn(instance, say or _say):
-            # A run of the code location (its origin as the UI loads it), executed here: it is
-            # listed under its job in the UI and re-executes from there like a launched run.
+            # A run of the job rebuilt from the code location, executed here (public execute_job).
             result = launch.execute(
                 instance, job, run_config={**_run_config(job), **kwargs.get("run_config", {})}, tags=tags
             )
