@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     failure_webhook_timeout_s: float = Field(
         default=5.0, gt=0, description="How long the run-failure sensor waits for the webhook to answer."
     )
+    dagster_url: str | None = Field(
+        default=None,
+        description="A running Dagster UI (`make dev`, e.g. http://127.0.0.1:3000): `mindflow run` submits "
+        "its runs there, so they are the UI's own runs (in the job's Runs tab, the timeline, re-executable "
+        "from the UI) and the UI's daemon executes them; unset: the CLI executes them itself.",
+    )
     progress_after_s: float = Field(
         default=20.0,
         ge=0,

@@ -344,30 +344,31 @@ def run_job(
 
     summaries = []
     for label, kwargs in runs:
-        tags = {**kwargs.get("tags", {}), **pool.run_tags()}
+        tags = dict(kwargs.get("tags", {}))
         if "partition_key" in kwargs:
             tags["dagster/partition"] = kwargs["partition_key"]
-        with _pool_turn(instance, say or _say):
-            # A run of the job rebuilt from the code location, executed here (public execute_job).
-            result = launch.execute(
-                instance, job, run_config={**_run_config(job), **kwargs.get("run_config", {})}, tags=tags
-            )
-        summaries.append(RunSummary(job, label, result.run_id, result.success, _changes(result)))
-        if not result.success and _interrupted(result):
-            # Ctrl-C mid-run: Dagster recorded the run failed ("interrupted"); the CLI says so.
-            raise KeyboardInterrupt
-        if not result.success:
-            failure = next((e for e in result.all_events if e.is_failure and e.event_specific_data), None)
-            detail = ""
-            error = getattr(failure.event_specific_data, "error", None) if failure else None
-            while error is not None and error.cause is not None:
-                error = error.cause  # the user's error, not Dagster's wrapper around it
-            if error is not None:
-                # Keep the lines after the first: a failed check names itself there.
-                lines = [line.strip() for line in error.message.strip().splitlines() if line.strip()]
-                detail = ": " + " ".join(lines[:5])
+        run_config = {**_run_config(job), **kwargs.get("run_config", {})}
+        if settings.dagster_url:
+            # The UI launches it from its workspace and its daemon queues it on pool `duckdb`.
+            run_id = launch.submit(settings.dagster_url, job, run_config=run_config, tags=tags)
+            status = launch.follow(settings.dagster_url, run_id, say or _say)
+            events = launch.run_events(instance, run_id) if instance.get_run_by_id(run_id) else []
+            success = status == "SUCCESS"
+        else:
+            with _pool_turn(instance, say or _say):
+                # A run of the job rebuilt from the code location, executed here (public execute_job).
+                tags.update(pool.run_tags())
+                result = launch.execute(instance, job, run_config=run_config, tags=tags)
+            run_id, success, events = result.run_id, result.success, result.all_events
+            if not success and _interrupted(events):
+                # Ctrl-C mid-run: Dagster recorded the run failed ("interrupted"); the CLI says so.
+                raise KeyboardInterrupt
+        summaries.append(RunSummary(job, label, run_id, success, _changes(events)))
+        if not success:
+            detail = launch.first_error(events)
             raise MindflowError(
-                f"{job} run {result.run_id} for {label} failed{detail} (see the Dagster UI: make dev)"
+                f"{job} run {run_id} for {label} failed{': ' + detail if detail else ''} "
+                "(see the Dagster UI: make dev)"
             )
     return summaries
 
@@ -398,9 +399,9 @@ def _ingest_runs(
     ]
 
 
-def _interrupted(result) -> bool:
+def _interrupted(events) -> bool:
     """Whether a run failed because this process was interrupted (SIGINT, Ctrl-C)."""
-    for event in result.all_events:
+    for event in events:
         error = getattr(event.event_specific_data, "error", None) if event.is_failure else None
         while error is not None:
             if error.cls_name in ("KeyboardInterrupt", "DagsterExecutionInterruptedError"):
@@ -424,10 +425,10 @@ def _run_config(job: str) -> dict:
     return quiet
 
 
-def _changes(result) -> str:
+def _changes(events) -> str:
     """`episodes: new=3 quarantined=1; nodes: new=3 ...` from the run's materializations."""
     seen: dict[str, str] = {}
-    for event in result.all_events:
+    for event in events:
         if not event.is_step_materialization:
             continue
         materialization = event.step_materialization_data.materialization

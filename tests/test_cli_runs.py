@@ -1,15 +1,29 @@
 """Runs the CLI starts are runs of the job rebuilt from the code location: listed under their job and
-re-executed through Dagster's public API; CLI commands that change an asset outside a run report its
-materialization."""
+re-executed through Dagster's public API; with a Dagster UI configured, they are the UI's own runs
+(listed, on the timeline, re-executed from the UI over GraphQL); CLI commands that change an asset
+outside a run report its materialization."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import requests
 
-from tests.test_cli import SAMPLES, mindflow
+from tests.test_cli import MINDFLOW, REPO, SAMPLES, env_for, mindflow
+
+DAGSTER = REPO / ".venv" / "bin" / "dagster"
+RUNS_OF_JOB = """query($filter: RunsFilter) { runsOrError(filter: $filter) { ... on Runs { results {
+  runId status repositoryOrigin { repositoryLocationName repositoryName } } } } }"""
+REEXECUTE = """mutation($params: ReexecutionParams) { launchPipelineReexecution(reexecutionParams: $params) {
+  __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }"""
+RUN_STATUS = """query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"""
 
 
 def _instance(home: Path) -> dg.DagsterInstance:
@@ -42,12 +56,110 @@ def test_a_cli_run_is_listed_under_its_job_and_re_executes(patrolled, monkeypatc
         run = instance.get_run_by_id(run_id)
         assert run.tags["dagster/asset_partition_range_start"] == "bram"  # every known being
         assert run.job_code_origin is not None  # what a re-execution rebuilds the job from
+        # The tag the UI's Runs tab of the job filters by, naming the location workspace.yaml names.
+        assert run.tags[".dagster/repository"] == f"__repository__@{launch.LOCATION}"
+        assert f"location_name: {launch.LOCATION}\n" in (REPO / "workspace.yaml").read_text()
         assert [r.run_id for r in instance.get_runs(dg.RunsFilter(job_name="patrol"))] == [run_id]
         again = launch.execute(instance, "patrol", run_config={}, tags={}, parent_run_id=run_id)
         assert again.success
         runs = instance.get_runs(dg.RunsFilter(job_name="patrol"))
         assert {(r.run_id, r.parent_run_id) for r in runs} == {(run_id, None), (again.run_id, run_id)}
         assert instance.get_run_by_id(again.run_id).tags["dagster/asset_partition_range_end"] == "bram"
+        assert instance.get_run_by_id(again.run_id).tags[".dagster/repository"] == "__repository__@mindflow"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def ui(patrolled):
+    """`dagster dev` (the UI and its daemon, as `make dev` starts them) on the patrolled home."""
+    home, _ = patrolled
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(DAGSTER), "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+        env=env_for(home), cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                if requests.get(f"{url}/server_info", timeout=1).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert proc.poll() is None, "dagster dev exited"
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _graphql(url: str, query: str, **variables) -> dict:
+    answer = requests.post(f"{url}/graphql", json={"query": query, "variables": variables}, timeout=60)
+    answer.raise_for_status()
+    return answer.json()["data"]
+
+
+def _runs_tab(url: str, job: str) -> dict[str, dict]:
+    """The runs the UI's Runs tab of `job` lists: its job name and the code location's repository tag."""
+    tag = {"key": ".dagster/repository", "value": "__repository__@mindflow"}
+    found = _graphql(url, RUNS_OF_JOB, filter={"pipelineName": job, "tags": [tag]})
+    return {run["runId"]: run for run in found["runsOrError"]["results"]}
+
+
+def test_cli_runs_through_the_ui_are_its_own_runs(patrolled, ui):
+    """With MINDFLOW_DAGSTER_URL, `mindflow run` submits to the UI: the run is in the job's Runs tab
+    with the workspace origin the timeline and the UI's Re-execute need, and re-executes from there."""
+    home, in_process = patrolled
+    # A run the CLI executed itself is listed in the job's Runs tab too (the UI cannot re-execute it).
+    assert in_process in _runs_tab(ui, "patrol")
+
+    ran = subprocess.run(
+        [str(MINDFLOW), "run", "patrol"], env={**env_for(home), "MINDFLOW_DAGSTER_URL": ui}, cwd=home,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    (line,) = [line for line in ran.stdout.splitlines() if line.startswith("patrol [bram] run ")]
+    run_id = line.split()[3].rstrip(":")
+    assert line.endswith(": ok") and f"run {run_id} started by the Dagster UI" in ran.stderr
+    listed = _runs_tab(ui, "patrol")[run_id]
+    assert listed["status"] == "SUCCESS"
+    assert listed["repositoryOrigin"] == {"repositoryLocationName": "mindflow", "repositoryName": "__repository__"}
+
+    # The UI's "Re-execute > All steps" button, over GraphQL.
+    again = _graphql(ui, REEXECUTE, params={"parentRunId": run_id, "strategy": "ALL_STEPS"})
+    again = again["launchPipelineReexecution"]
+    assert again["__typename"] == "LaunchRunSuccess", again
+    child = again["run"]["runId"]
+    for _ in range(600):
+        status = _graphql(ui, RUN_STATUS, id=child)["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            break
+        time.sleep(0.5)
+    assert status == "SUCCESS"
+    with _instance(home) as instance:
+        assert instance.get_run_by_id(child).parent_run_id == run_id
+
+
+def test_a_dagster_url_where_no_ui_answers_is_a_clear_error(patrolled):
+    home, _ = patrolled
+    url = f"http://127.0.0.1:{_free_port()}"
+    ran = subprocess.run(
+        [str(MINDFLOW), "run", "patrol"], env={**env_for(home), "MINDFLOW_DAGSTER_URL": url}, cwd=home,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 1
+    assert f"no Dagster UI answers at MINDFLOW_DAGSTER_URL={url}" in ran.stderr
+    assert "Traceback" not in ran.stderr
 
 
 def test_run_job_records_a_run_of_the_code_location(sample_inbox, settings):
