@@ -3,6 +3,7 @@
 import dagster as dg
 
 from assets.policies import EXTERNAL_CALLS
+from mindflow.materializations import ebook_chunks_metadata
 from mindflow.rag.index import ReindexParams, reindex
 from mindflow.resources import DuckDBResource, EmbeddingResource, LanceDBResource, MindflowHome
 
@@ -46,32 +47,5 @@ def ebook_chunks(
             progress=progress,
             log=context.log.info,
         )
-    failures = "\n".join(
-        f"| {doc} | {reason.replace('|', '/')} |" for doc, reason in sorted(report.failed.items())
-    )
-    per_document = "\n".join(f"| {doc} | {n} |" for doc, n in sorted(report.chunks_by_document.items()))
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": report.chunks,
-            "documents": report.documents,
-            "chunks": report.chunks,
-            "new": len(report.new),
-            "changed": len(report.changed),
-            "removed": len(report.removed),
-            "unchanged": report.unchanged,
-            "failed": len(report.failed),
-            "embedded": report.embedded,
-            "embedding_cache_hits": report.cached,
-            "seconds": round(report.seconds, 3),
-            "vector_index": report.vector_index,
-            "table_version": report.version if report.version is not None else -1,
-            "folder": str(folder),
-            **integrity.metadata(),
-            "failures": dg.MetadataValue.md(
-                "| document | reason |\n|---|---|\n" + failures if failures else "none"
-            ),
-            "chunks_per_document": dg.MetadataValue.md(
-                "| document | chunks |\n|---|---|\n" + per_document if per_document else "no documents"
-            ),
-        }
-    )
+    # The same metadata `mindflow ebooks reindex` reports outside a run, with this run's file check.
+    return dg.MaterializeResult(metadata={**ebook_chunks_metadata(report, folder), **integrity.metadata()})

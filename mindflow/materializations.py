@@ -27,7 +27,7 @@ def report(
 
     runner.prepare_instance(settings)
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
-    runner._instance().report_runless_asset_event(
+    runner.local_instance().report_runless_asset_event(
         dg.AssetMaterialization(
             asset_key=asset, partition=partition, description=description, metadata=metadata
         )
@@ -35,7 +35,7 @@ def report(
 
 
 def ebook_chunks_metadata(report, folder) -> dict:
-    """The metadata the `ebook_chunks` asset reports, from a `ReindexReport`."""
+    """The metadata of `ebook_chunks` from a `ReindexReport`: the asset's and `mindflow ebooks reindex`'s."""
     import dagster as dg
 
     failures = "\n".join(

@@ -169,7 +169,7 @@ def init_home(settings: Settings) -> Path:
 _INSTANCE: list = []  # [((DAGSTER_HOME, its dagster.yaml), instance)] of the last run_job here
 
 
-def _instance():
+def local_instance():
     """The Dagster instance of DAGSTER_HOME, kept for the next job in this process.
 
     Opening an instance builds its storages and checks their schema revisions: a patrol
@@ -312,7 +312,7 @@ def run_job(
     import dagster as dg
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
-    instance = _instance()
+    instance = local_instance()
     if job == "ingest":
         runs.extend(_ingest_runs(instance, ingest_days, span, settings.ingest_max_gap_days))
     if job in ("extraction", "patrol", "form", "narrative", "journal_reindex", "reflection"):

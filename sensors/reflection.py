@@ -1,23 +1,13 @@
 """Sensors `reflection_sensor` (a session ended, the reflect phrase, episodes piling up) and
 `approvals_sensor` (a decision waits to be carried out)."""
 
-import hashlib
-
 import dagster as dg
 
 from assets.partitions import beings
 from jobs.reflection import approvals_job, reflection_job
+from sensors.proposal_runs import run_for
 
-# Runs of one set of approved proposals that may fail before the sensor stops asking.
-MAX_ATTEMPTS = 5
 TAG = "mindflow/approved"
-_UNDER_WAY = (
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-)
 
 
 @dg.sensor(job=reflection_job, minimum_interval_seconds=120, default_status=dg.DefaultSensorStatus.RUNNING)
@@ -64,13 +54,8 @@ def approvals_sensor(context: dg.SensorEvaluationContext):
     ids = sorted(p.proposal_id for being in store.beings() for p in waiting(store, being))
     if not ids:
         return dg.SkipReason("no approved proposal waits")
-    key = hashlib.sha256(" ".join(ids).encode()).hexdigest()[:24]
-    runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=approvals_job.name, tags={TAG: key}))
-    if any(r.status in _UNDER_WAY for r in runs):
-        return dg.SkipReason(f"an approvals run of these {len(ids)} proposals is under way")
-    if len(runs) >= MAX_ATTEMPTS:
-        return dg.SkipReason(
-            f"{len(runs)} approvals runs of these proposals did not apply them all; see the last run's "
-            "warnings, fix them, then `mindflow run approvals`"
-        )
-    return dg.RunRequest(run_key=f"approvals-{key}-{len(runs)}", tags={TAG: key})
+    return run_for(
+        context, approvals_job, ids, tag=TAG,
+        gave_up="did not apply them all; see the last run's warnings, fix them, "
+        "then `mindflow run approvals`",
+    )  # fmt: skip
