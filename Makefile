@@ -70,6 +70,8 @@ test: install browser postgres
 
 dev: install
 	$(VENV)/bin/mindflow init
+	@echo "mindflow: to make 'mindflow run' submit its runs to this UI (Runs tab, timeline, Re-execute):"
+	@echo "  export MINDFLOW_DAGSTER_URL=http://127.0.0.1:3000"
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
 serve: install
