@@ -41,12 +41,14 @@ import pyarrow as pa  # noqa: E402
 MAIN = "bench-main"
 OTHERS = [f"bench-other-{i:02d}" for i in range(10)]
 OTHER_SIZE = 5_000
-SIZES = (10_000, 100_000)
+SIZES = (10_000, 100_000)  # indexed at the first, measured at the second
 WARMUP = 30
 REQUESTS = 320  # per setting, after warm-up
 CLIENTS = 8
 VOCABULARY = 6_000
-TARGET_P95_MS = 40.0
+TARGET_RATE = 150  # requests/s of 8 concurrent clients at 100,000 memories
+TARGET_CONCURRENT_P95_MS = 60.0
+TARGET_PSS_MB = 2_000
 SEED = 7
 
 
@@ -141,11 +143,14 @@ def memory_rows(corpus: Corpus, being: str, n: int, end: datetime) -> pa.Table:
             "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
         }
     )
-    # The schema the patrol publishes, checked on two rows so a change there fails here.
-    sample = table.slice(0, 2).to_pydict()
-    sample["vector"] = [list(v) for v in sample["vector"]]
-    assert table.schema == _to_lance(pa.table(sample)).schema, "memories schema changed"
-    return table
+    # The columns the patrol publishes that a synthetic memory leaves empty, then the
+    # publish's own conversion: a change of the schema there changes the rows here.
+    from mindflow.memories import COLUMNS
+
+    for name in COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(n))
+    return _to_lance(table)
 
 
 def cpu_reference() -> str:
@@ -176,11 +181,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (the server's supervisor, its workers, their helpers)."""
+    out = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            out.extend(process_tree(int(child)))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the whole server so far, summed over its processes."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in process_tree(pid):
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """(PSS, RSS) of the whole server in MB, summed over its processes. PSS counts a page
+    mapped by n processes as 1/n in each, so the shared hot index files count once."""
+    pss = rss = 0
+    for p in process_tree(pid):
+        for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                pss += int(line.split()[1])
+            elif line.startswith("Rss:"):
+                rss += int(line.split()[1])
+    return pss / 1024, rss / 1024
 
 
 def percentiles(ms: list[float]) -> str:
@@ -191,8 +225,10 @@ def percentiles(ms: list[float]) -> str:
 class Server:
     """`mindflow serve` as a subprocess on a free loopback port."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, workers: int, env: dict[str, str] | None = None):
         self.home = home
+        self.workers = workers
+        self.env = env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -200,11 +236,12 @@ class Server:
     def __enter__(self) -> Server:
         from mindflow.client import MindflowClient
 
-        env = {**os.environ, "MINDFLOW_HOME": str(self.home), "HF_HUB_OFFLINE": "1"}
+        env = {**os.environ, "MINDFLOW_HOME": str(self.home), "HF_HUB_OFFLINE": "1", **self.env}
         env.pop("MINDFLOW_API_TOKENS", None)
         exe = Path(sys.executable).with_name("mindflow")
         self.process = subprocess.Popen(
-            [str(exe), "serve", "--port", str(self.port), "--log-level", "warning"],
+            [str(exe), "serve", "--port", str(self.port), "--log-level", "warning"]
+            + ["--workers", str(self.workers)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -317,50 +354,123 @@ def in_process(lance_path: Path, embedder, queries: list[str]) -> dict[str, list
     return out
 
 
-def measure(home: Path, label: str, corpus: Corpus, embedder, requests: int = REQUESTS) -> float:
-    """Print one block of figures; returns the single-client HTTP p95."""
-    lance_path = home / "lance"
-    queries = corpus.queries(3 * (WARMUP + requests))
-    base, single, concurrent = (
-        queries[i * (WARMUP + requests) : (i + 1) * (WARMUP + requests)] for i in range(3)
-    )
-    local = in_process(lance_path, embedder, base)
-    with Server(home) as server:
+# The ranking levers (mindflow/recall/config.py, off by default) at the values README's
+# "Recall quality" measured; a server with them on must be no slower.
+LEVERS = {
+    "MINDFLOW_RECALL_PRF_TERMS": "6",
+    "MINDFLOW_RECALL_PRF_WEIGHT": "0.1",
+    "MINDFLOW_RECALL_SESSION_WEIGHT": "0.1",
+    "MINDFLOW_RECALL_RESCORE_WEIGHT": "0.1",
+}
+
+
+def servers() -> list[tuple[str, int, dict[str, str]]]:
+    """(label, workers, environment) of each server measured: the single-process server (the
+    default) as the baseline, then one worker per CPU (`--workers`), with and without levers."""
+    cpus = os.cpu_count() or 1
+    return [
+        ("1 worker (default)", 1, {}),
+        (f"{cpus} workers", cpus, {}),
+        ("1 worker, levers on", 1, LEVERS),
+        (f"{cpus} workers, levers on", cpus, LEVERS),
+    ]
+
+
+def serve_figures(home: Path, corpus: Corpus, workers: int, env: dict[str, str], requests: int) -> dict:
+    """One server: single-client and concurrent latency, throughput, memory, warm-up time."""
+    queries = corpus.queries(2 * (WARMUP + requests))
+    single, concurrent = queries[: WARMUP + requests], queries[WARMUP + requests :]
+    with Server(home, workers, env) as server:
         built = until_hot(server.url, corpus)
+        # Every worker answers from its index before the clock starts (one more warm-up round).
+        timed_requests(server.url, single[:WARMUP], CLIENTS)
         timed_requests(server.url, single[:WARMUP], 1)
-        one = timed_requests(server.url, single[WARMUP:], 1)
-        timed_requests(server.url, concurrent[:WARMUP], CLIENTS)
         t0 = time.perf_counter()
+        one = timed_requests(server.url, single[WARMUP:], 1)
+        one_wall = time.perf_counter() - t0
+        timed_requests(server.url, concurrent[:WARMUP], CLIENTS)
+        t0, cpu0, own0 = time.perf_counter(), cpu_seconds(server.process.pid), time.process_time()
         many = timed_requests(server.url, concurrent[WARMUP:], CLIENTS)
         wall = time.perf_counter() - t0
-        rss = rss_mb(server.process.pid)
+        # CPU per request, the server's and the clients' (this process): on a shared machine
+        # throughput moves with the load, CPU per request much less.
+        cpu = (cpu_seconds(server.process.pid) - cpu0) * 1000 / len(many)
+        own = (time.process_time() - own0) * 1000 / len(many)
+        pss, rss = memory_mb(server.process.pid)
+    return {
+        "one": one, "one_rate": len(one) / one_wall, "many": many, "many_rate": len(many) / wall,
+        "pss": pss, "rss": rss, "built": built, "cpu": cpu, "own": own,
+    }  # fmt: skip
+
+
+def measure(home: Path, label: str, corpus: Corpus, embedder, requests: int = REQUESTS) -> dict:
+    """Print one block of figures; returns the figures of each server by label."""
+    lance_path = home / "lance"
+    local = in_process(lance_path, embedder, corpus.queries(WARMUP + requests))
     print(f"\n{label}")
-    print(f"  {'':42s} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
+    print(f"  {'':44s} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
     print(
-        f"  {'in-process recall() from LanceDB':42s} {percentiles(local['lance'])}"
-        f"   baseline, n={len(local['lance'])}"
+        f"  {'in-process recall() from LanceDB':44s} {percentiles(local['lance'])}"
+        f"   n={len(local['lance'])}"
     )
-    print(f"  {'query embedding (onnxruntime)':42s} {percentiles(local['embedding'])}")
-    print(f"  {'in-process recall() from the hot index':42s} {percentiles(local['hot'])}")
-    print(f"  {'in-process embedding + hot recall()':42s} {percentiles(local['embedded'])}")
-    print(f"  {'POST recall, 1 client':42s} {percentiles(one)}   n={len(one)}")
-    print(
-        f"  {f'POST recall, {CLIENTS} concurrent clients':42s} {percentiles(many)}"
-        f"   n={len(many)}, {len(many) / wall:.0f} requests/s"
+    print(f"  {'query embedding (onnxruntime)':44s} {percentiles(local['embedding'])}")
+    print(f"  {'in-process recall() from the hot index':44s} {percentiles(local['hot'])}")
+    print(f"  {'in-process embedding + hot recall()':44s} {percentiles(local['embedded'])}", flush=True)
+    figures = {}
+    for name, workers, env in servers():
+        f = figures[name] = serve_figures(home, corpus, workers, env, requests)
+        print(f"  server: {name}")
+        print(
+            f"    {'POST recall, 1 client':42s} {percentiles(f['one'])}"
+            f"   {f['one_rate']:.0f} requests/s, n={len(f['one'])}"
+        )
+        print(
+            f"    {f'POST recall, {CLIENTS} concurrent clients':42s} {percentiles(f['many'])}"
+            f"   {f['many_rate']:.0f} requests/s, n={len(f['many'])}"
+        )
+        print(f"    {'CPU per request: server, clients':42s} {f['cpu']:7.1f} {f['own']:7.1f} ms")
+        print(
+            f"    {'memory of the whole server (all processes)':42s} PSS {f['pss']:5.0f} MB"
+            f" (RSS summed {f['rss']:.0f} MB)"
+        )
+        print(f"    {'first recall until the hot index answered':42s} {f['built']:7.1f} s", flush=True)
+    return figures
+
+
+def build(home: Path, corpus: Corpus) -> str:
+    """The synthetic table as publish leaves it: 10,000 memories of the main being indexed,
+    then grown to 100,000 and folded into the indexes by optimize(). Returns what was done."""
+    import lancedb
+
+    from mindflow.memories import TABLE, ensure_indexes
+
+    end = datetime(2026, 11, 1)
+    db = lancedb.connect(str(home / "lance"))
+    table = db.create_table(TABLE, data=memory_rows(corpus, MAIN, SIZES[0], end))
+    for being in OTHERS:
+        table.add(memory_rows(corpus, being, OTHER_SIZE, end))
+    t0 = time.perf_counter()
+    built = ensure_indexes(table)  # what `memories.publish` does after writing
+    table.optimize()
+    indexed = time.perf_counter() - t0
+    for start in range(SIZES[0], SIZES[1], 30_000):
+        table.add(memory_rows(corpus, MAIN, min(30_000, SIZES[1] - start), end))
+    t0 = time.perf_counter()
+    table.optimize()  # folds the new rows into the existing indexes, as publish does
+    return (
+        f"indexes on {', '.join(built)} built at {SIZES[0]:,} in {indexed:.0f} s, new rows folded"
+        f" into them in {time.perf_counter() - t0:.0f} s"
     )
-    print(f"  {'server resident memory (VmRSS)':42s} {rss:7.0f} MB")
-    print(f"  {'first recall until the hot index answered':42s} {built:7.1f} s")
-    return float(np.percentile(one, 95))
 
 
 def main() -> int:
-    home = Path(tempfile.mkdtemp(prefix="mindflow-latency-"))
+    # --home DIR: measure a home this benchmark built before (kept), instead of building one.
+    kept = Path(sys.argv[sys.argv.index("--home") + 1]) if "--home" in sys.argv else None
+    home = kept or Path(tempfile.mkdtemp(prefix="mindflow-latency-"))
     os.environ["MINDFLOW_HOME"] = str(home)
-    import lancedb
     from threadpoolctl import threadpool_limits
 
     from mindflow.embeddings import Embedder
-    from mindflow.memories import TABLE, ensure_indexes
 
     threadpool_limits(1, user_api="blas")  # as `mindflow serve` does
     started = time.perf_counter()
@@ -368,41 +478,28 @@ def main() -> int:
     reference_at_start = cpu_reference()
     embedder = Embedder(query_graph_dir=home / "models")
     corpus = Corpus(embedder, np.random.default_rng(SEED))
-    end = datetime(2026, 11, 1)
-    db = lancedb.connect(str(home / "lance"))
-    table = db.create_table(TABLE, data=memory_rows(corpus, MAIN, SIZES[0], end))
-    for being in OTHERS:
-        table.add(memory_rows(corpus, being, OTHER_SIZE, end))
-    # What `memories.publish` does after writing: the indexes it lacks, then optimize().
-    t0 = time.perf_counter()
-    built = ensure_indexes(table)
-    table.optimize()
+    done = "an existing home" if kept and (home / "lance").is_dir() else build(home, corpus)
     print(
-        f"synthetic memories: {MAIN} holds {SIZES[0]:,}, then {SIZES[1]:,}; {len(OTHERS)} other beings"
-        f" hold {OTHER_SIZE:,} each. Every request is a new query (embedded by the server), k=5;"
-        f" {WARMUP} warm-up requests before each measurement."
+        f"synthetic memories: {MAIN} holds {SIZES[1]:,}; {len(OTHERS)} other beings hold"
+        f" {OTHER_SIZE:,} each. Every request is a new query (embedded by the server), k=5;"
+        f" {WARMUP} warm-up requests before each measurement; {CLIENTS} concurrent clients are"
+        f" threads of this process, each with its own connection."
     )
-    measure(
-        home,
-        f"{SIZES[0]:,} memories ({table.count_rows():,} in the table) as published: indexes on"
-        f" {', '.join(built)} built in {time.perf_counter() - t0:.0f} s",
-        corpus,
-        embedder,
-    )
-    for start in range(SIZES[0], SIZES[1], 30_000):
-        table.add(memory_rows(corpus, MAIN, min(30_000, SIZES[1] - start), end))
-    t0 = time.perf_counter()
-    table.optimize()  # folds the new rows into the existing indexes, as publish does
-    folded = measure(
-        home,
-        f"{SIZES[1]:,} memories as published: new rows folded into the indexes"
-        f" in {time.perf_counter() - t0:.0f} s",
-        corpus,
-        embedder,
+    figures = measure(home, f"{SIZES[1]:,} memories as published ({done})", corpus, embedder)
+    before, now = figures["1 worker (default)"], figures[servers()[1][0]]
+    levers = figures[servers()[3][0]]
+    print(
+        f"\n{SIZES[1]:,} memories, {CLIENTS} concurrent clients: {before['many_rate']:.0f} -> "
+        f"{now['many_rate']:.0f} requests/s (target >= {TARGET_RATE}), p95"
+        f" {np.percentile(before['many'], 95):.0f} -> {np.percentile(now['many'], 95):.0f} ms"
+        f" (target <= {TARGET_CONCURRENT_P95_MS:.0f}); with the levers on {levers['many_rate']:.0f}"
+        f" requests/s, p95 {np.percentile(levers['many'], 95):.0f} ms"
     )
     print(
-        f"\np95 of POST recall, 1 client, {SIZES[1]:,} memories: {folded:.1f} ms"
-        f" (target <= {TARGET_P95_MS:.0f} ms); total {time.perf_counter() - started:.0f} s"
+        f"1 client: p95 {np.percentile(before['one'], 95):.1f} -> {np.percentile(now['one'], 95):.1f} ms,"
+        f" {before['one_rate']:.0f} -> {now['one_rate']:.0f} requests/s; whole server PSS"
+        f" {before['pss']:.0f} -> {now['pss']:.0f} MB (target <= {TARGET_PSS_MB:,});"
+        f" total {time.perf_counter() - started:.0f} s"
     )
     # Latency on a shared 2-core machine moves with its load: say what it was.
     print(f"load average at the start {load_at_start}, at the end {load()} ({os.cpu_count()} CPUs)")

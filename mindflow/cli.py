@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -486,6 +487,13 @@ def audit_cmd(
         typer.echo(r.line())
 
 
+def _warm_up(model: str, models: Path) -> None:
+    """Load the embedding model and export its query encoder's graph if it is not there yet."""
+    from mindflow.embeddings import Embedder
+
+    Embedder(model=model, query_graph_dir=models).encode_query("warm up")
+
+
 @app.command()
 def serve(
     host: str = typer.Option(
@@ -493,24 +501,52 @@ def serve(
     ),
     port: int = typer.Option(8765, "--port", help="TCP port."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        min=1,
+        help="Worker processes (default MINDFLOW_API_WORKERS, else 1); several share the port "
+        "and map the same hot index files.",
+    ),
 ) -> None:
     """Serve the recall API (FastAPI under uvicorn) over LanceDB and the workspace; never opens DuckDB."""
     from mindflow.api.auth import check_bind, parse_tokens
 
+    if workers is not None:
+        # In the environment, so the workers uvicorn spawns read the same number.
+        os.environ["MINDFLOW_API_WORKERS"] = str(workers)
     settings = load_settings()
     try:
         secret = settings.api_tokens.get_secret_value() if settings.api_tokens else None
         check_bind(host, parse_tokens(secret))
-        from mindflow.embeddings import Embedder
-
         # Loaded here, so a bad model setting is one line of error instead of a failed startup
-        # (and the query encoder's ONNX graph exported before the server binds).
-        Embedder(model=settings.embedding_model, query_graph_dir=settings.models).encode_query("warm up")
+        # (and the query encoder's ONNX graph exported before the server binds). With several
+        # workers, in a process of its own: the supervisor that stays keeps no model.
+        if settings.workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                pool.submit(_warm_up, settings.embedding_model, settings.models).result()
+        else:
+            _warm_up(settings.embedding_model, settings.models)
     except MindflowError as exc:
         _fail(exc)
     import uvicorn
     from threadpoolctl import threadpool_limits
 
+    if settings.workers > 1:
+        # Recall is Python between its library calls: one process keeps one core busy at
+        # most, whatever its threads. uvicorn's workers share the listening socket.
+        uvicorn.run(
+            "mindflow.api.worker:create_worker_app",
+            factory=True,
+            host=host,
+            port=port,
+            log_level=log_level,
+            workers=settings.workers,
+        )
+        return
     # One BLAS thread: a recall's vector search runs beside its full-text search, and a
     # second BLAS thread spinning on the other core slows both.
     threadpool_limits(1, user_api="blas")

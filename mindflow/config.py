@@ -126,6 +126,21 @@ class Settings(BaseSettings):
     recall_half_life_days: float | None = Field(
         default=None, gt=0, description="Days after which the recency boost halves (default 30)."
     )
+    # The ranking levers of mindflow/recall/config.py, off by default (README, "Recall quality").
+    recall_prf_terms: int | None = Field(
+        default=None,
+        ge=0,
+        description="Pseudo-relevance feedback: words taken from the best candidates (0: off).",
+    )
+    recall_prf_weight: float | None = Field(
+        default=None, ge=0, description="Weight of the pseudo-relevance feedback's BM25 (default 0.3)."
+    )
+    recall_session_weight: float | None = Field(
+        default=None, ge=0, description="Session score: weight of a memory's session (0: off)."
+    )
+    recall_rescore_weight: float | None = Field(
+        default=None, ge=0, description="Re-score of the top 30 by their own BM25: its weight (0: off)."
+    )
 
     fact_cool_days: int = Field(
         default=30,
@@ -152,13 +167,17 @@ class Settings(BaseSettings):
 
         return ActivationParams(rate=self.fact_decay_rate, cool_days=self.fact_cool_days)
 
-    def recall_overrides(self) -> dict[str, float]:
+    def recall_overrides(self) -> dict[str, float | int]:
         """The RecallConfig fields these settings set."""
         values = {
             "vector_weight": self.recall_vector_weight,
             "text_weight": self.recall_text_weight,
             "recency_floor": self.recall_recency_floor,
             "half_life_days": self.recall_half_life_days,
+            "prf_terms": self.recall_prf_terms,
+            "prf_weight": self.recall_prf_weight,
+            "session_weight": self.recall_session_weight,
+            "rescore_weight": self.recall_rescore_weight,
         }
         return {k: v for k, v in values.items() if v is not None}
 
@@ -171,6 +190,12 @@ class Settings(BaseSettings):
         default=250_000,
         description="Memories the server keeps in memory for recall (vectors, times, rows; ~2.2 KB each "
         "with MiniLM), least recently used beings first out; 0 reads every recall from LanceDB.",
+    )
+    api_workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="Worker processes of `mindflow serve` (default 1). Several share one listening "
+        "socket and map the same hot index files (written under cache/hot).",
     )
     tail_max_episodes: int = Field(
         default=2_000,
@@ -370,6 +395,16 @@ class Settings(BaseSettings):
     @property
     def inbox(self) -> Path:
         return self.resolved_home / "inbox"
+
+    @property
+    def hot_index(self) -> Path:
+        """The hot index files every server worker maps (`mindflow.recall.hot_files`); derived, disposable."""
+        return self.resolved_home / "cache" / "hot"
+
+    @property
+    def workers(self) -> int:
+        """Server worker processes: `api_workers`, or one."""
+        return self.api_workers or 1
 
     @property
     def models(self) -> Path:

@@ -138,7 +138,9 @@ def _export(model, graph: Path) -> None:
         partial.unlink(missing_ok=True)
 
 
-def load(model_dir: Path | None, cache_dir: Path, load_model, name: str) -> OnnxQueryEncoder | None:
+def load(
+    model_dir: Path | None, cache_dir: Path, load_model, name: str, threads: int = 2
+) -> OnnxQueryEncoder | None:
     """The onnxruntime encoder of a local model, exported on first use; None when it cannot be.
 
     `load_model()` returns the sentence-transformers model; it is only called (and torch only
@@ -163,7 +165,7 @@ def load(model_dir: Path | None, cache_dir: Path, load_model, name: str) -> Onnx
             cache_dir.mkdir(parents=True, exist_ok=True)
             model = load_model()
             _export(model, graph)
-            encoder = OnnxQueryEncoder(graph, model_dir, max_length, normalize)
+            encoder = OnnxQueryEncoder(graph, model_dir, max_length, normalize, threads)
             expected = model.encode(PROBES, normalize_embeddings=True, convert_to_numpy=True)
             got = np.stack([encoder.encode(p) for p in PROBES])
             got = got / np.linalg.norm(got, axis=1, keepdims=True)
@@ -178,7 +180,7 @@ def load(model_dir: Path | None, cache_dir: Path, load_model, name: str) -> Onnx
                 return None
             log.info("exported %s to %s for query embedding", name, graph)
             return encoder
-        return OnnxQueryEncoder(graph, model_dir, max_length, normalize)
+        return OnnxQueryEncoder(graph, model_dir, max_length, normalize, threads)
     except Exception as exc:  # noqa: BLE001 - the fast path is optional; recall must still work
         log.warning(
             "query embedding of %s stays on sentence-transformers: %s: %s", name, type(exc).__name__, exc

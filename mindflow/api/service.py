@@ -34,6 +34,7 @@ from mindflow.recall import (
     recall,
     search_memory,
 )
+from mindflow.recall.hot_files import HotFiles
 
 log = logging.getLogger(__name__)
 FRAGMENT_SEPARATOR = " / "
@@ -152,10 +153,15 @@ class RecallService:
             model=settings.embedding_model,
             batch_size=settings.embedding_batch_size,
             query_graph_dir=settings.models,
+            # The cores are shared among the workers: more threads per embedding only fight.
+            query_threads=max(1, (os.cpu_count() or 1) // settings.workers),
         )
         self.vectors = QueryVectors(self.embedder, settings.api_query_cache)
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
-        self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows)
+        # Several workers map one copy of each index from files; one keeps it in its own memory
+        # (no 250 MB written per 100,000 memories at every new table version).
+        files = HotFiles(settings.hot_index) if settings.workers > 1 else None
+        self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows, files)
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
         # Tombstones and pins of every process, applied to each answer (one stat per request).
         self.marks = MarkCache(settings.loop)

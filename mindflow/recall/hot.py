@@ -11,6 +11,12 @@ is still at that version; after a publish the request is answered from LanceDB a
 while the index is rebuilt in the background (~3 s per 100,000 memories), so a recall
 never sees stale memories. The indexes are bounded by a number of rows (least recently
 used beings go first; a being larger than the whole budget is always served from LanceDB).
+
+With `files` (the server's), an index is written once under the home and every worker
+process maps it read-only (`mindflow.recall.hot_files`): the workers share one copy, and a
+restarted server maps the index of an unchanged table instead of building it. Only the int8
+scan is per process: onnxruntime packs the codes into its own layout (a quarter of the
+vectors' size), and without that packing the scan is seven times slower.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from mindflow import lance
 from mindflow.inbox import validate_being_id
 from mindflow.memories import TABLE
 from mindflow.recall import primitives
+from mindflow.recall.hot_files import HotFiles, IndexArrays
 from mindflow.recall.models import COLUMNS
 from mindflow.vectors import to_column
 
@@ -99,35 +106,59 @@ class Int8Scan:
         return self.session.run(None, {"query": code})[0][0]
 
 
+def index_arrays(rows: pa.Table) -> IndexArrays:
+    """A being's recallable rows (`primitives.ALL_COLUMNS`) as the arrays of its index, in time order."""
+    if rows.num_rows:
+        rows = rows.sort_by([("ts", "ascending"), ("memory_ref", "ascending")])
+        vectors = primitives.vectors_of(rows)
+    else:
+        # The table's width even without rows: empty answers keep the vector column's type.
+        vector = rows.schema.field("vector").type
+        width = vector.list_size if pa.types.is_fixed_size_list(vector) else 0
+        vectors = np.zeros((0, width), np.float32)
+    if len(vectors):
+        vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+    # Refs as a fixed-width numpy array and a sorted copy for look-ups: no Python object
+    # per memory, so the garbage collector never walks 100,000 strings mid-request.
+    refs = np.array(rows.column("memory_ref").to_pylist(), dtype=str)
+    by_ref = np.argsort(refs, kind="stable")
+    return IndexArrays(
+        vectors=np.ascontiguousarray(vectors, dtype=np.float32),
+        ts=rows.column("ts").to_numpy() if rows.num_rows else np.zeros(0, "datetime64[us]"),
+        refs=refs,
+        by_ref=by_ref,
+        sorted_refs=refs[by_ref],
+        rows=rows.select(COLUMNS),
+    )
+
+
 class BeingIndex:
     """One being's recallable memories at table `version`, in time order."""
 
     def __init__(self, being_id: str, version: int, rows: pa.Table, snapshot=None):
+        self._hold(being_id, version, index_arrays(rows), snapshot)
+
+    @classmethod
+    def of_arrays(cls, being_id: str, version: int, arrays: IndexArrays, snapshot=None) -> BeingIndex:
+        """The index over arrays already computed, such as those `HotFiles` maps from disk."""
+        index = cls.__new__(cls)
+        index._hold(being_id, version, arrays, snapshot)
+        return index
+
+    def _hold(self, being_id: str, version: int, arrays: IndexArrays, snapshot) -> None:
         self.being_id = being_id
         self.version = version
         # The table opened at `version` (never re-reading it; LanceDB's async API, one call
         # per query): full-text searches through it see exactly the memories of the index,
         # without a version check per query.
         self.snapshot = snapshot
-        if rows.num_rows:
-            rows = rows.sort_by([("ts", "ascending"), ("memory_ref", "ascending")])
-        if rows.num_rows:
-            vectors = primitives.vectors_of(rows)
-        else:
-            # The table's width even without rows: empty answers keep the vector column's type.
-            vector = rows.schema.field("vector").type
-            width = vector.list_size if pa.types.is_fixed_size_list(vector) else 0
-            vectors = np.zeros((0, width), np.float32)
-        if len(vectors):
-            vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
-        self.vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        self.rows = rows.select(COLUMNS)
-        self.ts = rows.column("ts").to_numpy() if rows.num_rows else np.zeros(0, "datetime64[us]")
-        # Refs as a fixed-width numpy array and a sorted copy for look-ups: no Python object
-        # per memory, so the garbage collector never walks 100,000 strings mid-request.
-        self.refs = np.array(rows.column("memory_ref").to_pylist(), dtype=str)
-        self._by_ref = np.argsort(self.refs, kind="stable")
-        self._sorted_refs = self.refs[self._by_ref]
+        self.arrays = arrays
+        self.vectors = arrays.vectors
+        self.rows = arrays.rows
+        self.ts = arrays.ts
+        self.refs = arrays.refs
+        self._by_ref = arrays.by_ref
+        self._sorted_refs = arrays.sorted_refs
         self.dim = self.vectors.shape[1]
         self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None
 
@@ -215,12 +246,21 @@ class BeingIndex:
         return pa.table(out)
 
 
+def _recallable(table, being_id: str) -> pa.Table:
+    """The being's recallable rows in `table` (an async snapshot), every column recall reads."""
+    where = primitives.memory_filter(being_id, statuses=primitives.RECALLABLE)
+    return lance.run_async(table.query().where(where).select(primitives.ALL_COLUMNS).to_arrow())
+
+
 class HotIndexes:
     """The server's `BeingIndex`es: least recently used first out, at most `max_rows` rows in all."""
 
-    def __init__(self, lance_path: Path, max_rows: int):
+    def __init__(self, lance_path: Path, max_rows: int, files: HotFiles | None = None):
         self.lance_path = lance_path
         self.max_rows = max_rows
+        # Where the indexes are written once and mapped by every worker; None: each index
+        # lives in this process's memory only.
+        self.files = files
         self._indexes: OrderedDict[str, BeingIndex] = OrderedDict()
         self._building: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -267,9 +307,10 @@ class HotIndexes:
             if table is None:
                 return
             version = lance.run_async(table.version())
-            where = primitives.memory_filter(being_id, statuses=primitives.RECALLABLE)
-            rows = lance.run_async(table.query().where(where).select(primitives.ALL_COLUMNS).to_arrow())
-            index = BeingIndex(being_id, version, rows, table)
+            if self.files is None:
+                index = BeingIndex(being_id, version, _recallable(table, being_id), table)
+            else:
+                index = self._mapped(table, being_id, version)
             with self._lock:
                 self._indexes.pop(being_id, None)
                 if len(index) > self.max_rows:
@@ -296,6 +337,31 @@ class HotIndexes:
                 done = self._building.pop(being_id, None)
             if done is not None:
                 done.set()
+
+    def _mapped(self, table, being_id: str, version: int) -> BeingIndex:
+        """The index of this version from the shared files, written first if no worker has yet."""
+        # A table dropped and created again starts its versions over: the commit's time tells
+        # its version 3 from the old table's version 3.
+        stamp = next(
+            int(v["timestamp"].timestamp() * 1_000_000)
+            for v in lance.run_async(table.list_versions())
+            if v["version"] == version
+        )
+        with self.files.lock(being_id):
+            self.files.prune(being_id, keep=self.files.folder(being_id, version, stamp))
+            arrays = self.files.open(being_id, version, stamp)
+            if arrays is None:
+                arrays = index_arrays(_recallable(table, being_id))
+                if len(arrays.refs) > self.max_rows:
+                    # Served from LanceDB anyway: no files for it.
+                    return BeingIndex.of_arrays(being_id, version, arrays, table)
+                folder = self.files.write(being_id, version, stamp, arrays)
+                self.files.prune(being_id, keep=folder)
+                # This worker maps the files too, instead of keeping its private copy.
+                arrays = self.files.open(being_id, version, stamp)
+                if arrays is None:
+                    raise OSError(f"the hot index files just written to {folder} could not be read")
+        return BeingIndex.of_arrays(being_id, version, arrays, table)
 
     def close(self) -> None:
         self._builder.shutdown(wait=False, cancel_futures=True)
