@@ -83,7 +83,7 @@ class Embedder:
     progress_every: int = 1024
     # Where encode_query keeps the model's ONNX graph; None: encode_query = encode([text]).
     query_graph_dir: Path | None = None
-    # onnxruntime threads per query embedding: 1 when several server workers share the cores.
+    # onnxruntime threads per query embedding (the server uses 1: see api/service.py).
     query_threads: int = 2
     _query_encoder: object = field(default=None, init=False, repr=False)
     _query_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)

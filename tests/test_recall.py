@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 
 import numpy as np
@@ -79,7 +80,12 @@ def ask(table, embedder, being, query, **kwargs):
     found = recall(table, being, query, vector, **kwargs)
     if table is not None:
         index = hot_index(table, being)
-        hot = recall(table, being, query, lambda: vector, index=index, **kwargs)
+        # The index's own full text scores by the being's statistics (mindflow.recall.fulltext):
+        # the same answer is asked of the index with LanceDB's full text.
+        same = {**kwargs, "config": replace(kwargs.get("config") or RecallConfig(), hot_fulltext="lance")}
+        hot = recall(table, being, query, lambda: vector, index=index, **same)
+        own = recall(table, being, query, lambda: vector, index=index, **kwargs)
+        assert [m.memory_ref for m in own[:1]] == [m.memory_ref for m in found[:1]]
         assert [m.memory_ref for m in hot] == [m.memory_ref for m in found]
         assert [m.score for m in hot] == pytest.approx([m.score for m in found], rel=1e-5)
         assert [m.text for m in hot] == [m.text for m in found]

@@ -64,7 +64,9 @@ def both(table, embedder, query: str, config: RecallConfig):
         table, primitives.memory_filter("cleo", statuses=primitives.RECALLABLE), None
     )
     index = BeingIndex("cleo", table.version, rows)
-    hot = recall(table, "cleo", query, vector, k=10, config=config, now=T0 + timedelta(days=30), index=index)
+    # The same answer from the index, with LanceDB's full text (its own scores by the being's statistics).
+    same = replace(config, hot_fulltext="lance")
+    hot = recall(table, "cleo", query, vector, k=10, config=same, now=T0 + timedelta(days=30), index=index)
     assert [(m.memory_ref, m.parts["context"]) for m in hot] == [
         (m.memory_ref, pytest.approx(m.parts["context"], rel=1e-5)) for m in found
     ]

@@ -57,8 +57,10 @@ def ask(table, embedder, query, config):
     now = T0 + timedelta(days=10)
     found = recall(table, "ada", query, vector, k=6, config=config, now=now)
     rows = primitives.filtered_rows(table, primitives.memory_filter("ada"), None)
+    # The same answer from the index, with LanceDB's full text (its own scores by the being's statistics).
+    same = replace(config, hot_fulltext="lance")
     hot = recall(
-        table, "ada", query, vector, k=6, config=config, now=now, index=BeingIndex("ada", table.version, rows)
+        table, "ada", query, vector, k=6, config=same, now=now, index=BeingIndex("ada", table.version, rows)
     )
     assert [m.memory_ref for m in hot] == [m.memory_ref for m in found]
     assert [m.score for m in hot] == pytest.approx([m.score for m in found], rel=1e-5)

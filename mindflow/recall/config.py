@@ -69,6 +69,10 @@ class RecallConfig:
     # (over its best). 0 turns it off.
     rescore_top: int = 30
     rescore_weight: float = 0.0
+    # Where a hot index's full-text side comes from: its own postings (`fulltext`: the same
+    # analysis, stemmer and BM25, statistics of the being's memories, no LanceDB query) or
+    # LanceDB's full-text index (`lance`). Recall without a hot index always asks LanceDB.
+    hot_fulltext: Literal["index", "lance"] = "index"
     min_similarity: float | None = None  # None: MIN_SIMILARITY of the model
 
     @classmethod

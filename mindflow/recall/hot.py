@@ -34,7 +34,7 @@ import pyarrow as pa
 from mindflow import lance
 from mindflow.inbox import validate_being_id
 from mindflow.memories import TABLE
-from mindflow.recall import primitives
+from mindflow.recall import fulltext, primitives
 from mindflow.recall.hot_files import HotFiles, IndexArrays
 from mindflow.recall.models import COLUMNS
 from mindflow.vectors import to_column
@@ -122,7 +122,13 @@ def index_arrays(rows: pa.Table) -> IndexArrays:
     # per memory, so the garbage collector never walks 100,000 strings mid-request.
     refs = np.array(rows.column("memory_ref").to_pylist(), dtype=str)
     by_ref = np.argsort(refs, kind="stable")
+    text = fulltext.build(rows.column("text").to_pylist())
     return IndexArrays(
+        text_vocabulary=text.vocabulary,
+        text_starts=text.starts,
+        text_positions=text.positions,
+        text_counts=text.counts,
+        text_lengths=text.lengths,
         vectors=np.ascontiguousarray(vectors, dtype=np.float32),
         ts=rows.column("ts").to_numpy() if rows.num_rows else np.zeros(0, "datetime64[us]"),
         refs=refs,
@@ -159,6 +165,10 @@ class BeingIndex:
         self.refs = arrays.refs
         self._by_ref = arrays.by_ref
         self._sorted_refs = arrays.sorted_refs
+        self.text = fulltext.TextArrays(
+            arrays.text_vocabulary, arrays.text_starts, arrays.text_positions, arrays.text_counts,
+            arrays.text_lengths,
+        )  # fmt: skip
         self.dim = self.vectors.shape[1]
         self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None
 

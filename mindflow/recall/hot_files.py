@@ -33,8 +33,11 @@ from mindflow.inbox import validate_being_id
 log = logging.getLogger(__name__)
 
 # Bumped when the files' layout or the index's columns change: older folders are then rebuilt.
-FORMAT = 1
-ARRAYS = ("vectors", "ts", "refs", "by_ref", "sorted_refs")
+FORMAT = 2
+ARRAYS = (
+    "vectors", "ts", "refs", "by_ref", "sorted_refs",
+    "text_vocabulary", "text_starts", "text_positions", "text_counts", "text_lengths",
+)  # fmt: skip
 ROWS = "rows.arrow"
 MANIFEST = "manifest.json"
 PARTIAL = ".partial-"
@@ -46,13 +49,20 @@ KEEP_VERSIONS = 2
 
 @dataclass
 class IndexArrays:
-    """What a `BeingIndex` holds, in time order: unit vectors, times, refs and their sort, rows."""
+    """What a `BeingIndex` holds, in time order: unit vectors, times, refs and their sort, the
+    texts' postings, rows."""
 
     vectors: np.ndarray
     ts: np.ndarray
     refs: np.ndarray
     by_ref: np.ndarray
     sorted_refs: np.ndarray
+    # The postings of the texts (`mindflow.recall.fulltext.TextArrays`, field by field).
+    text_vocabulary: np.ndarray
+    text_starts: np.ndarray
+    text_positions: np.ndarray
+    text_counts: np.ndarray
+    text_lengths: np.ndarray
     rows: pa.Table
 
 
@@ -88,7 +98,7 @@ class HotFiles:
             arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
             with pa.memory_map(str(folder / ROWS), "r") as source:
                 rows = pa.ipc.open_file(source).read_all()
-            lengths = {len(a) for a in arrays.values()} | {rows.num_rows}
+            lengths = {len(arrays[a]) for a in ("vectors", "ts", "refs", "text_lengths")} | {rows.num_rows}
             if lengths != {manifest["rows"]}:
                 raise ValueError("files of different lengths")
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:

@@ -172,11 +172,16 @@ _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 BM25_K1, BM25_B = 1.2, 0.75
 
 
-def fts_terms(text: str) -> list[str]:
+def fts_tokens(text: str) -> list[str]:
+    """A text's words as the full-text index's simple tokenizer splits them, lower case, ASCII-folded."""
     folded = "".join(
         c for c in unicodedata.normalize("NFKD", (text or "").lower()) if not unicodedata.combining(c)
     )
-    return [w for w in _TOKEN.findall(folded) if w not in _STOP_WORDS and len(w) <= 40]
+    return [w for w in _TOKEN.findall(folded) if len(w) <= 40]
+
+
+def fts_terms(text: str) -> list[str]:
+    return [w for w in fts_tokens(text) if w not in _STOP_WORDS]
 
 
 def term_counts(texts: list[str]) -> list[Counter]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from mindflow.recall import primitives
+from mindflow.recall import fulltext, primitives
 from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import COLUMNS
 
@@ -37,10 +37,11 @@ class LanceRetrieval:
 class HotRetrieval(LanceRetrieval):
     """Vectors, context windows and rows from the being's index; full text from the table."""
 
-    def __init__(self, table, where: str, index: BeingIndex, keep: np.ndarray):
+    def __init__(self, table, where: str, index: BeingIndex, keep: np.ndarray, own_text: bool = True):
         super().__init__(table, where)
         self.index = index
         self.keep = keep
+        self.own_text = own_text  # full text from the index's postings, not from LanceDB
 
     def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table:
         positions, cosine = self.index.nearest(vector, self.keep, limit)
@@ -48,6 +49,12 @@ class HotRetrieval(LanceRetrieval):
         return found.append_column("cosine", pa.array(cosine.astype(np.float64)))
 
     def text(self, query: str, limit: int, columns: list[str]) -> pa.Table | None:
+        if self.own_text:
+            positions, scores = fulltext.search(self.index.text, query, self.keep, limit)
+            if not len(positions):
+                return None
+            rows = self.index.rows_at(positions, columns)
+            return rows.append_column("_score", pa.array(scores, type=pa.float32()))
         table = self.index.snapshot if self.index.snapshot is not None else self.table
         found = primitives.text_candidates(table, query, self.where, limit, ["memory_ref"])
         if found is None:

@@ -75,7 +75,8 @@ def recall(
                 return []
             source = EmptyRetrieval()
         else:
-            source = HotRetrieval(table, where, index, index.mask(exclude_refs, since, until))
+            keep = index.mask(exclude_refs, since, until)
+            source = HotRetrieval(table, where, index, keep, own_text=config.hot_fulltext == "index")
     else:
         source = LanceRetrieval(table, where)
     if has_fresh:

@@ -1,0 +1,127 @@
+"""BM25 over a being's hot index: the full-text side of recall without a query to LanceDB.
+
+A full-text query through LanceDB costs ~5 ms of CPU at 100,000 memories (its own threads,
+its index read per query), the largest share of a recall after the query embedding; with
+several clients that CPU is what caps requests per second. The hot index already holds the
+being's texts at one table version, so it holds their postings too: one numpy pass per query
+word (~0.3 ms in all).
+
+The analysis is the full-text index's (`lancedb.index.FTS` defaults): its simple tokenizer,
+lower case and ASCII folding (`primitives.fts_tokens`), its English Snowball stemmer (the
+`snowballstemmer` package implements the same Porter2 algorithm), then its English stop
+words, which it checks on the stemmed word (so "was" is dropped and "does", stemmed "doe",
+is kept: found by asking LanceDB's index word by word). The scores are BM25 with the same k1,
+b and idf; tests/test_recall_fulltext.py checks hits and scores against LanceDB's index. The statistics are the being's own memories
+(LanceDB's are the whole table's, every being's): a word common in this being's memories
+weighs less here, which is what its recall is about.
+
+Everything is a flat numpy array (`TextArrays`), so server workers map one copy from files
+(`mindflow.recall.hot_files`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from mindflow.recall.primitives import BM25_B, BM25_K1, fts_tokens, sanitize_fts_query
+
+
+@lru_cache(maxsize=1)
+def _stemmer():
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    return _stemmer().stemWord(word)
+
+
+# The English stop words of the full-text index (NLTK's list, as LanceDB's tokenizer has it).
+STOP_WORDS = frozenset(
+    """i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+    she her hers herself it its itself they them their theirs themselves what which who whom this
+    that these those am is are was were be been being have has had having do does did doing a an
+    the and but if or because as until while of at by for with about against between into through
+    during before after above below to from up down in out on off over under again further then
+    once here there when where why how all any both each few more most other some such no nor not
+    only own same so than too very s t can will just don should now d ll m o re ve y ain aren couldn
+    didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn""".split()
+)
+
+
+def terms(text: str) -> list[str]:
+    """A text's words as the full-text index keeps them: tokens, stemmed, stop words out."""
+    return [s for s in map(stem, fts_tokens(text)) if s not in STOP_WORDS]
+
+
+@dataclass
+class TextArrays:
+    """Postings of a being's memories, by word: `vocabulary` sorted, word i's memories (their
+    positions in the index) and counts at `starts[i]:starts[i + 1]`, each memory's length."""
+
+    vocabulary: np.ndarray  # str, sorted
+    starts: np.ndarray  # int64, len(vocabulary) + 1
+    positions: np.ndarray  # int32
+    counts: np.ndarray  # float32
+    lengths: np.ndarray  # float32, one per memory
+
+
+def build(texts: list[str]) -> TextArrays:
+    """The postings of `texts` (position i = texts[i])."""
+    ids: dict[str, int] = {}
+    words, docs, counts = [], [], []
+    lengths = np.zeros(len(texts), dtype=np.float32)
+    for position, text in enumerate(texts):
+        counted = Counter(terms(text))
+        lengths[position] = sum(counted.values())
+        for word, n in counted.items():
+            words.append(ids.setdefault(word, len(ids)))
+            docs.append(position)
+            counts.append(n)
+    vocabulary = np.array(sorted(ids), dtype=str) if ids else np.zeros(0, dtype="<U1")
+    # Word ids in the order of the sorted vocabulary, so a word is found by binary search.
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[[ids[w] for w in vocabulary.tolist()]] = np.arange(len(ids))
+    word_of = rank[np.asarray(words, dtype=np.int64)] if words else np.zeros(0, dtype=np.int64)
+    order = np.argsort(word_of, kind="stable")
+    starts = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(word_of, minlength=len(ids)), out=starts[1:])
+    return TextArrays(
+        vocabulary=vocabulary,
+        starts=starts,
+        positions=np.asarray(docs, dtype=np.int32)[order],
+        counts=np.asarray(counts, dtype=np.float32)[order],
+        lengths=lengths,
+    )
+
+
+def search(arrays: TextArrays, query: str, keep: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, BM25) of the `limit` best memories that hold a word of `query`, among those
+    `keep` allows, best first."""
+    words = list(dict.fromkeys(terms(sanitize_fts_query(query))))
+    n = len(arrays.lengths)
+    if not words or not n or not len(arrays.vocabulary):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+    found = np.searchsorted(arrays.vocabulary, words)
+    scores = np.zeros(n, dtype=np.float32)
+    average = max(float(arrays.lengths.mean()), 1.0)
+    for word, i in zip(words, found.tolist(), strict=True):
+        if i >= len(arrays.vocabulary) or arrays.vocabulary[i] != word:
+            continue
+        start, end = int(arrays.starts[i]), int(arrays.starts[i + 1])
+        docs, tf = arrays.positions[start:end], arrays.counts[start:end]
+        idf = np.log(1 + (n - (end - start) + 0.5) / ((end - start) + 0.5))
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * arrays.lengths[docs] / average)
+        scores[docs] += (idf * tf * (BM25_K1 + 1) / (tf + norm)).astype(np.float32)
+    scores[~keep] = 0
+    hits = np.flatnonzero(scores > 0)
+    if len(hits) > limit:
+        hits = hits[np.argpartition(-scores[hits], limit - 1)[:limit]]
+    hits = hits[np.argsort(-scores[hits], kind="stable")]
+    return hits, scores[hits]

@@ -1,0 +1,77 @@
+"""The hot index's own BM25 finds what LanceDB's full-text index finds, and scores it alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mindflow.recall import fulltext
+
+TEXTS = [
+    "I went camping with my kids last summer near the lake.",
+    "We camped by the river; the children loved it",
+    "Caroline researched adoption agencies for months",
+    "My research on adoption is going well",
+    "The running shoes were great for marathons",
+    "She runs every morning before work",
+    "Decision: ship the ebook index on Sunday",
+    "Zürich was cold, we drank hot chocolate",
+    "The cats are playing with the dog's toys",
+    "Painting sunsets relaxes me",
+]
+QUERIES = [
+    "camping kids", "researching adoption", "run", "zurich chocolate", "cat toys", "painted sunset",
+    "item3 decision", "the of and", "-100123:45 OR NOT", "",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return [f"{t} item{i}" for i, t in enumerate(TEXTS * 3)]
+
+
+def test_same_hits_and_scores_as_lancedb_full_text_index(tmp_path, texts):
+    import lancedb
+    from lancedb.index import FTS
+
+    table = lancedb.connect(str(tmp_path)).create_table(
+        "m", data=pa.table({"id": list(range(len(texts))), "text": texts})
+    )
+    table.create_index("text", config=FTS())  # what memories.ensure_indexes builds
+    arrays = fulltext.build(texts)
+    keep = np.ones(len(texts), dtype=bool)
+    for query in QUERIES:
+        from mindflow.recall.primitives import sanitize_fts_query
+
+        clean = sanitize_fts_query(query)
+        lance = {}
+        if clean:
+            found = table.search(clean, query_type="fts").limit(50).select(["id", "_score"]).to_arrow()
+            lance = dict(zip(found["id"].to_pylist(), found["_score"].to_pylist(), strict=True))
+        positions, scores = fulltext.search(arrays, query, keep, 50)
+        ours = dict(zip(positions.tolist(), scores.tolist(), strict=True))
+        assert set(ours) == set(lance), query  # stemming included: "camping" finds "camped"
+        for ref, score in lance.items():
+            assert ours[ref] == pytest.approx(score, rel=0.1), (query, ref)
+        assert list(scores) == sorted(scores, reverse=True)
+
+
+def test_keep_and_limit(texts):
+    arrays = fulltext.build(texts)
+    keep = np.ones(len(texts), dtype=bool)
+    everything, _ = fulltext.search(arrays, "adoption research", keep, 50)
+    assert sorted(everything.tolist()) == [2, 3, 12, 13, 22, 23]
+    keep[[2, 12]] = False  # forgotten, or outside the request's time window
+    allowed, _ = fulltext.search(arrays, "adoption research", keep, 50)
+    assert sorted(allowed.tolist()) == [3, 13, 22, 23]
+    best, scores = fulltext.search(arrays, "adoption research", keep, 2)
+    assert len(best) == 2 and set(best.tolist()) <= set(allowed.tolist())
+    assert scores.min() >= fulltext.search(arrays, "adoption research", keep, 50)[1][2]
+
+
+def test_an_empty_index_and_unknown_words():
+    empty = fulltext.build([])
+    assert fulltext.search(empty, "anything", np.zeros(0, dtype=bool), 5)[0].tolist() == []
+    arrays = fulltext.build(["hello world"])
+    assert fulltext.search(arrays, "nothing here", np.ones(1, dtype=bool), 5)[0].tolist() == []
