@@ -11,9 +11,12 @@ lower case and ASCII folding (`primitives.fts_tokens`), its English Snowball ste
 `snowballstemmer` package implements the same Porter2 algorithm), then its English stop
 words, which it checks on the stemmed word (so "was" is dropped and "does", stemmed "doe",
 is kept: found by asking LanceDB's index word by word). The scores are BM25 with the same k1,
-b and idf; tests/test_recall_fulltext.py checks hits and scores against LanceDB's index. The statistics are the being's own memories
-(LanceDB's are the whole table's, every being's): a word common in this being's memories
-weighs less here, which is what its recall is about.
+b and idf; tests/test_recall_fulltext.py checks hits and scores against LanceDB's index.
+
+The statistics are the being's own memories (LanceDB's are the whole table's, every being's):
+a word common in this being's memories weighs less here, which is what its recall is about.
+On LoCoMo the server's recall rose from hit@10 0.776 to 0.798 with them (README, "Recall
+quality"); the same BM25 with every being's statistics gave LanceDB's figures back.
 
 Everything is a flat numpy array (`TextArrays`), so server workers map one copy from files
 (`mindflow.recall.hot_files`).
