@@ -24,7 +24,6 @@ Everything is a flat numpy array (`TextArrays`), so server workers map one copy 
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -58,9 +57,28 @@ STOP_WORDS = frozenset(
 )
 
 
+_TERMS: dict[str, str] = {}  # token -> its term ("" for a stop word): one look-up per token
+
+
+def _term(token: str) -> str:
+    stemmed = stem(token)
+    term = "" if stemmed in STOP_WORDS else stemmed
+    if len(_TERMS) < 500_000:
+        _TERMS[token] = term
+    return term
+
+
 def terms(text: str) -> list[str]:
     """A text's words as the full-text index keeps them: tokens, stemmed, stop words out."""
-    return [s for s in map(stem, fts_tokens(text)) if s not in STOP_WORDS]
+    get = _TERMS.get
+    out = []
+    for token in fts_tokens(text):
+        term = get(token)
+        if term is None:
+            term = _term(token)
+        if term:
+            out.append(term)
+    return out
 
 
 @dataclass
@@ -77,29 +95,30 @@ class TextArrays:
 
 def build(texts: list[str]) -> TextArrays:
     """The postings of `texts` (position i = texts[i])."""
-    ids: dict[str, int] = {}
-    words, docs, counts = [], [], []
+    words: list[str] = []
     lengths = np.zeros(len(texts), dtype=np.float32)
     for position, text in enumerate(texts):
-        counted = Counter(terms(text))
-        lengths[position] = sum(counted.values())
-        for word, n in counted.items():
-            words.append(ids.setdefault(word, len(ids)))
-            docs.append(position)
-            counts.append(n)
+        found = terms(text)
+        lengths[position] = len(found)
+        words.extend(found)
+    ids: dict[str, int] = {}
+    word_ids = np.fromiter((ids.setdefault(w, len(ids)) for w in words), dtype=np.int64, count=len(words))
     vocabulary = np.array(sorted(ids), dtype=str) if ids else np.zeros(0, dtype="<U1")
     # Word ids in the order of the sorted vocabulary, so a word is found by binary search.
     rank = np.empty(len(ids), dtype=np.int64)
-    rank[[ids[w] for w in vocabulary.tolist()]] = np.arange(len(ids))
-    word_of = rank[np.asarray(words, dtype=np.int64)] if words else np.zeros(0, dtype=np.int64)
-    order = np.argsort(word_of, kind="stable")
+    order = np.fromiter((ids[w] for w in vocabulary.tolist()), dtype=np.int64, count=len(ids))
+    rank[order] = np.arange(len(ids))
+    docs = np.repeat(np.arange(len(texts), dtype=np.int64), lengths.astype(np.int64))
+    # One (word, memory) pair per posting, with how often the word is in the memory.
+    pairs, counts = np.unique(rank[word_ids] * max(len(texts), 1) + docs, return_counts=True)
+    word_of, positions = np.divmod(pairs, max(len(texts), 1))
     starts = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(np.bincount(word_of, minlength=len(ids)), out=starts[1:])
     return TextArrays(
         vocabulary=vocabulary,
         starts=starts,
-        positions=np.asarray(docs, dtype=np.int32)[order],
-        counts=np.asarray(counts, dtype=np.float32)[order],
+        positions=positions.astype(np.int32),
+        counts=counts.astype(np.float32),
         lengths=lengths,
     )
 
