@@ -89,7 +89,7 @@ def main() -> int:
     folder.mkdir(parents=True)
     for path in sorted(DATASET.iterdir()):
         shutil.copy2(path, folder / path.name)
-    embedder = Embedder(model=settings.embedding_model, batch_size=settings.embedding_batch_size)
+    embedder = Embedder.for_settings(settings)  # the encoder `mindflow ebooks reindex` uses
     embedder.encode(["load the model before timing"])
     params = ReindexParams.from_settings(settings)
     db = lance.connect(settings.lance_path)

@@ -476,7 +476,10 @@ def main() -> int:
     started = time.perf_counter()
     load_at_start = load()
     reference_at_start = cpu_reference()
-    embedder = Embedder(query_graph_dir=home / "models")
+    from mindflow.config import load_settings
+
+    # The server's own encoder (int8 in a new home): the memories' vectors and its queries agree.
+    embedder = Embedder.for_settings(load_settings())
     corpus = Corpus(embedder, np.random.default_rng(SEED))
     done = "an existing home" if kept and (home / "lance").is_dir() else build(home, corpus)
     print(

@@ -325,7 +325,7 @@ def main() -> int:
         run_job(settings, job)
     pipeline = time.perf_counter() - t0
     convs = conversations()
-    embedder = Embedder(model=settings.embedding_model)
+    embedder = Embedder.for_settings(settings)  # the encoder the pipeline and the server use
     vectors = embedder.encode([q["question"] for c in convs for q in c.questions])  # one batch
     start = 0
     for conv in convs:

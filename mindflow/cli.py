@@ -487,11 +487,11 @@ def audit_cmd(
         typer.echo(r.line())
 
 
-def _warm_up(model: str, models: Path) -> None:
-    """Load the embedding model and export its query encoder's graph if it is not there yet."""
+def _warm_up() -> None:
+    """Load the embedding model and export its ONNX graph if it is not there yet."""
     from mindflow.embeddings import Embedder
 
-    Embedder(model=model, query_graph_dir=models).encode_query("warm up")
+    Embedder.for_settings(load_settings()).encode_query("warm up")
 
 
 @app.command()
@@ -527,9 +527,9 @@ def serve(
             from concurrent.futures import ProcessPoolExecutor
 
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                pool.submit(_warm_up, settings.embedding_model, settings.models).result()
+                pool.submit(_warm_up).result()
         else:
-            _warm_up(settings.embedding_model, settings.models)
+            _warm_up()
     except MindflowError as exc:
         _fail(exc)
     import uvicorn
@@ -634,12 +634,7 @@ def ebooks_reindex(
 
     from mindflow.embeddings import Embedder
 
-    embedder = Embedder(
-        model=settings.embedding_model,
-        batch_size=settings.embedding_batch_size,
-        progress=embedding,
-        progress_every=256,
-    )
+    embedder = Embedder.for_settings(settings, progress=embedding, progress_every=256)
     try:
         with bar:
             report = rag.reindex(settings, embedder=embedder, progress=advance)

@@ -1,4 +1,4 @@
-"""Text embeddings: local sentence-transformers or OpenAI, cached by (model, sha256(text))."""
+"""Text embeddings: a local model (onnxruntime or sentence-transformers) or OpenAI, cached per encoder."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -19,7 +20,10 @@ from mindflow.errors import MindflowError
 from mindflow.vectors import to_column, to_matrix
 
 OPENAI_PREFIX = "openai:"
+RUNTIMES = ("onnx", "torch")
+PRECISIONS = ("fp32", "int8")
 _MODELS: dict[str, object] = {}
+_ONNX: dict[tuple[str, str], object] = {}
 _MODELS_LOCK = threading.Lock()
 
 
@@ -71,7 +75,14 @@ def model_dir(name: str) -> Path | None:
 
 @dataclass
 class Embedder:
-    """Encodes texts to unit vectors with one configured model."""
+    """Encodes texts to unit vectors with one configured model.
+
+    A local model runs through onnxruntime (`runtime="onnx"`, the graph exported once into
+    `graph_dir`) or sentence-transformers (`runtime="torch"`, or when no graph can be made).
+    Both give the same float32 vectors (the export is checked against sentence-transformers),
+    so they share one `cache_key`. `precision="int8"` runs the graph with int8 weights: other
+    vectors, so another cache key, and only through onnxruntime.
+    """
 
     model: str = DEFAULT_MODEL
     batch_size: int = 64
@@ -81,17 +92,63 @@ class Embedder:
     # Called as progress(done, total) after each chunk of a long encoding.
     progress: Callable[[int, int], None] | None = None
     progress_every: int = 1024
-    # Where encode_query keeps the model's ONNX graph; None: encode_query = encode([text]).
-    query_graph_dir: Path | None = None
-    # onnxruntime threads per query embedding (the server uses 1: see api/service.py).
-    query_threads: int = 2
-    _query_encoder: object = field(default=None, init=False, repr=False)
-    _query_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # Where the model's ONNX graph is kept; None: everything runs on sentence-transformers.
+    graph_dir: Path | None = None
+    runtime: str = "onnx"
+    precision: str = "fp32"
+    _onnx: object = field(default=None, init=False, repr=False)
+    _onnx_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise MindflowError(
+                f"embedding runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}; "
+                "set MINDFLOW_EMBEDDING_RUNTIME to onnx (default) or torch"
+            )
+        if self.precision not in PRECISIONS:
+            raise MindflowError(
+                f"embedding precision {self.precision!r} is not one of {', '.join(PRECISIONS)}; "
+                "set MINDFLOW_EMBEDDING_PRECISION to fp32 or int8"
+            )
+        if self.precision == "int8" and (self.runtime != "onnx" or self.model.startswith(OPENAI_PREFIX)):
+            raise MindflowError(
+                f"embedding precision int8 needs a local model on the onnx runtime (got {self.model!r} "
+                f"on {self.runtime}); set MINDFLOW_EMBEDDING_PRECISION=fp32 "
+                "or MINDFLOW_EMBEDDING_RUNTIME=onnx"
+            )
+
+    @classmethod
+    def for_settings(cls, settings, **overrides) -> Embedder:
+        """The embedder the settings describe: model, batch size, runtime, precision, graph folder."""
+        values = {
+            "model": settings.embedding_model,
+            "batch_size": settings.embedding_batch_size,
+            "graph_dir": settings.models,
+            "runtime": settings.embedding_runtime,
+            "precision": settings.encoder_precision,
+        }
+        return cls(**(values | overrides))
+
+    @property
+    def cache_key(self) -> str:
+        """The `embedding_cache.model` of this encoder: the model and the precision of its vectors.
+
+        An int8 encoder must never read float32 vectors from the cache nor leave its own for
+        float32 readers. The runtime is not part of it: onnxruntime's float32 vectors are
+        sentence-transformers' (to ~1e-7, checked when the graph is exported), so either may
+        reuse the other's.
+        """
+        if self.model.startswith(OPENAI_PREFIX):
+            return self.model
+        return f"{self.model}@{self.precision}"
 
     @property
     def dimension(self) -> int:
         if self.model.startswith(OPENAI_PREFIX):
             return 1536
+        encoder = self.onnx_encoder()
+        if encoder is not None:
+            return encoder.dimension
         model = _load_sentence_transformer(self.model)
         # sentence-transformers 6 renamed it (the old name warns); older versions have only the old one.
         dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
@@ -104,7 +161,17 @@ class Embedder:
         if self.model.startswith(OPENAI_PREFIX):
             vectors = self._encode_openai(texts)
         else:
-            model = _load_sentence_transformer(self.model)
+            onnx = self.onnx_encoder()
+            if onnx is not None:
+                encode_chunk = partial(onnx.encode_batch, batch_size=self.batch_size)
+            else:
+                encode_chunk = partial(
+                    _load_sentence_transformer(self.model).encode,
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
             # Longest first across all texts, as sentence-transformers orders one call: a
             # progress chunk then holds texts of similar length and its batches pad little,
             # whatever order the caller's texts came in.
@@ -113,15 +180,7 @@ class Embedder:
             chunks = []
             for start in range(0, len(texts), self.progress_every):
                 chunk = by_length[start : start + self.progress_every]
-                chunks.append(
-                    model.encode(
-                        chunk,
-                        batch_size=self.batch_size,
-                        normalize_embeddings=True,
-                        convert_to_numpy=True,
-                        show_progress_bar=False,
-                    )
-                )
+                chunks.append(encode_chunk(chunk))
                 if self.progress is not None:
                     self.progress(start + len(chunk), len(texts))
             vectors = np.empty((len(texts), chunks[0].shape[1]), dtype=np.float32)
@@ -130,32 +189,55 @@ class Embedder:
         return np.asarray(vectors, dtype=np.float32)
 
     def encode_query(self, text: str) -> np.ndarray:
-        """One text, as `encode([text])[0]` returns it; through onnxruntime when the model allows."""
-        encoder = self.query_encoder()
+        """One text, as `encode([text])[0]` returns it."""
+        encoder = self.onnx_encoder()
         if encoder is None:
             return self.encode([text])[0]
         self.stats["embedded"] += 1
         return encoder.encode(text)
 
-    def query_encoder(self):
-        """The onnxruntime encoder of this model (exported on first use), or None."""
-        if self.query_graph_dir is None or self.model.startswith(OPENAI_PREFIX):
-            return None
-        with self._query_lock:
-            if self._query_encoder is None:
-                from mindflow import onnx_encoder
+    def onnx_encoder(self):
+        """The onnxruntime encoder of this model (exported on first use), or None.
 
-                self._query_encoder = (
-                    onnx_encoder.load(
-                        model_dir(self.model),
-                        self.query_graph_dir,
-                        lambda: _load_sentence_transformer(self.model),
-                        self.model,
-                        threads=self.query_threads,
-                    )
-                    or False
+        None means sentence-transformers embeds, in float32; an int8 encoder has no such
+        fallback (its vectors would not be the ones its cache key names), so it raises.
+        """
+        if self.graph_dir is None or self.runtime != "onnx" or self.model.startswith(OPENAI_PREFIX):
+            if self.precision == "int8":
+                raise MindflowError(
+                    "embedding precision int8 needs the models folder for its graph; "
+                    "set MINDFLOW_MODELS_DIR or MINDFLOW_EMBEDDING_PRECISION=fp32"
                 )
-            return self._query_encoder or None
+            return None
+        with self._onnx_lock:
+            if self._onnx is None:
+                # One session per model and folder in a process, as one sentence-transformers
+                # model: each Dagster run opens its own Embedder.
+                key = (self.model, str(self.graph_dir), self.precision)
+                with _MODELS_LOCK:
+                    loaded = _ONNX.get(key)
+                if loaded is None:
+                    from mindflow import onnx_encoder
+
+                    loaded = (
+                        onnx_encoder.load(
+                            model_dir(self.model),
+                            self.graph_dir,
+                            lambda: _load_sentence_transformer(self.model),
+                            self.model,
+                            self.precision,
+                        )
+                        or False
+                    )
+                    with _MODELS_LOCK:
+                        loaded = _ONNX.setdefault(key, loaded)
+                self._onnx = loaded
+            if not self._onnx and self.precision == "int8":
+                raise MindflowError(
+                    f"embedding model {self.model!r} has no int8 graph (see the log for why); "
+                    "set MINDFLOW_EMBEDDING_PRECISION=fp32"
+                )
+            return self._onnx or None
 
     def _encode_openai(self, texts: list[str]) -> np.ndarray:
         if not self.openai_api_key:
@@ -174,7 +256,7 @@ class Embedder:
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
 
     def encode_cached(self, con: duckdb.DuckDBPyConnection, texts: list[str]) -> np.ndarray:
-        """Embed texts, reusing `embedding_cache` so no text is ever embedded twice per model."""
+        """Embed texts, reusing `embedding_cache` so no text is ever embedded twice per encoder."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         hashes = [text_sha256(t) for t in texts]
@@ -184,7 +266,7 @@ class Embedder:
             rows = con.sql(
                 "SELECT c.text_sha256, c.vector FROM embedding_cache c "
                 "JOIN wanted_hashes w USING (text_sha256) WHERE c.model = ?",
-                params=[self.model],
+                params=[self.cache_key],
             ).to_arrow_table()
         found = dict(
             zip(rows.column("text_sha256").to_pylist(), to_matrix(rows.column("vector")), strict=True)
@@ -197,7 +279,7 @@ class Embedder:
             fresh = self.encode([first_text[h] for h in missing])
             new_rows = pa.table(
                 {
-                    "model": [self.model] * len(missing),
+                    "model": [self.cache_key] * len(missing),
                     "text_sha256": missing,
                     "vector": to_column(fresh),
                 }

@@ -89,36 +89,17 @@ _LANCEDB: list = []  # the module, once fully imported
 def lancedb_module():
     """The `lancedb` module, imported on first use: definitions.py must load fast.
 
-    Importing lancedb imports its namespace REST client, generated code whose 366
-    methods are wrapped in pydantic's `validate_call`; each wrapper builds its
-    validator when it is decorated, which made the import take 2.3-3.1 s instead of
-    0.8-1.5 s in every process that touches LanceDB (a job, the read API), though a
-    local database never calls them. During that import the wrappers are built with
-    pydantic's `defer_build`: each builds its validator on its first call instead and
-    validates exactly as before.
+    Its import takes a second or more (the namespace REST client builds a pydantic validator
+    for each of its methods); only processes that open LanceDB pay it.
     """
     if _LANCEDB:
         return _LANCEDB[0]
     with _IMPORT_LOCK:  # another thread importing it: wait for the whole module
-        if _LANCEDB:
-            return _LANCEDB[0]
-        import pydantic
-
-        validate_call = pydantic.validate_call
-
-        def deferred(func=None, /, *, config=None, validate_return=False):
-            config = {"defer_build": True, **(config or {})}
-            if func is None:
-                return validate_call(config=config, validate_return=validate_return)
-            return validate_call(func, config=config, validate_return=validate_return)
-
-        pydantic.validate_call = deferred
-        try:
+        if not _LANCEDB:
             import lancedb
-        finally:
-            pydantic.validate_call = validate_call
-        _LANCEDB.append(lancedb)
-    return lancedb
+
+            _LANCEDB.append(lancedb)
+    return _LANCEDB[0]
 
 
 # Where the tables live: a local folder, or object storage (Settings.lance_path).

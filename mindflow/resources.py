@@ -89,7 +89,8 @@ class EmbeddingResource(dg.ConfigurableResource):
 
     def embedder(self) -> Embedder:
         settings = load_settings()
-        return Embedder(
+        return Embedder.for_settings(
+            settings,
             model=self.model or settings.embedding_model or DEFAULT_MODEL,
             batch_size=self.batch_size or settings.embedding_batch_size,
             openai_api_key=os.environ.get("OPENAI_API_KEY"),

@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 from filelock import FileLock, Timeout
 
+from mindflow.config import DEFAULT_PRECISION
 from mindflow.errors import MindflowError
 
 # Each migration is applied once, in order, inside a transaction; the applied
@@ -522,9 +523,49 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        14,
+        "embedding cache keys name the precision",
+        [
+            # A local model's vectors were all sentence-transformers float32 until now; the key
+            # names that (Embedder.cache_key), so a quantised encoder would get
+            # its own key instead of reading these. OpenAI models keep their name.
+            """
+            UPDATE embedding_cache SET model = model || '@fp32'
+            WHERE NOT starts_with(model, 'openai:') AND NOT contains(model, '@')
+            """,
+        ],
+    ),
+    (
+        15,
+        "new homes embed with int8 weights; older homes are pinned to fp32",
+        # The pin is a file (store._pin_precision, written before this commits), not a row:
+        # the read API embeds queries and never opens DuckDB.
+        [],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+PIN_VERSION = 15
+
+
+def _pin_precision(con: duckdb.DuckDBPyConnection, precision: str) -> None:
+    """Pin the home's embedding precision (config.PRECISION_PIN): the default for a new home,
+    fp32 for one from before int8 became the default (its memories' vectors are float32, and
+    int8 queries against them would score other neighbours). A pin already there stays;
+    MINDFLOW_EMBEDDING_PRECISION overrides any pin.
+    """
+    from mindflow.config import PRECISION_PIN
+    from mindflow.files import atomic_write
+
+    row = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    if not row or not row[0]:  # in memory: no home
+        return
+    pin = Path(row[0]).resolve().parent / PRECISION_PIN
+    if not pin.exists():
+        atomic_write(pin, f"{precision}\n".encode())
 
 # An episode (alias `e`) that no usable scene note covers yet: none, or only [PARSE_FAILED]
 # ones. The patrol gives such episodes mechanical scenes, extraction sends them to a model.
@@ -557,6 +598,9 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         " version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
     )
     done = {row[0] for row in con.execute("SELECT version FROM schema_version").fetchall()}
+    if PIN_VERSION not in done:
+        # Before any migration commits: a kill in between leaves the pin, and the rerun keeps it.
+        _pin_precision(con, "fp32" if done else DEFAULT_PRECISION)
     applied = 0
     for version, description, statements in MIGRATIONS:
         if version in done:

@@ -10,6 +10,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Tests build stores with the session's `embedder` (sentence-transformers, float32) and serve
+# them from settings: one home, one encoder. The int8 default of new homes is tested where it
+# is unset again (tests/test_embeddings.py).
+os.environ.setdefault("MINDFLOW_EMBEDDING_PRECISION", "fp32")
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "data" / "samples"

@@ -41,8 +41,8 @@ TEXTS = [
 
 
 def test_query_encoder_gives_the_vectors_of_sentence_transformers(models_dir, embedder):
-    fast = Embedder(query_graph_dir=models_dir)
-    assert fast.query_encoder() is not None
+    fast = Embedder(graph_dir=models_dir)
+    assert fast.onnx_encoder() is not None
     expected = embedder.encode(TEXTS)
     got = np.stack([fast.encode_query(t) for t in TEXTS])
     assert got.dtype == np.float32 and got.shape == expected.shape
@@ -51,12 +51,12 @@ def test_query_encoder_gives_the_vectors_of_sentence_transformers(models_dir, em
 
 
 def test_the_graph_is_exported_once_and_reused(tmp_path, embedder):
-    first = Embedder(query_graph_dir=tmp_path)
+    first = Embedder(graph_dir=tmp_path)
     first.encode_query("warm up")
     graphs = list(tmp_path.glob("*.onnx"))
     assert len(graphs) == 1 and graphs[0].name.startswith("all-MiniLM-L6-v2-")
     stamp = graphs[0].stat().st_mtime_ns
-    again = Embedder(query_graph_dir=tmp_path)
+    again = Embedder(graph_dir=tmp_path)
     vector = again.encode_query("warm up")
     assert [g.stat().st_mtime_ns for g in tmp_path.glob("*.onnx")] == [stamp]
     assert float(vector @ embedder.encode(["warm up"])[0]) > 0.9999
@@ -76,7 +76,7 @@ def test_models_the_encoder_cannot_reproduce_stay_on_sentence_transformers(tmp_p
     assert onnx_encoder.load(None, tmp_path / "graphs", lambda: pytest.fail("must not load"), "hub") is None
     # without a graph directory, and for remote models, encode_query is encode([text])[0]
     plain = Embedder()
-    assert plain.query_encoder() is None
+    assert plain.onnx_encoder() is None
     assert np.array_equal(plain.encode_query("hello"), embedder.encode(["hello"])[0])
 
 

@@ -149,15 +149,7 @@ class RecallService:
         self.settings = settings
         overrides = settings.recall_overrides()
         self.config = config or RecallConfig.for_model(settings.embedding_model, **overrides)
-        self.embedder = Embedder(
-            model=settings.embedding_model,
-            batch_size=settings.embedding_batch_size,
-            query_graph_dir=settings.models,
-            # One thread: a query is a few tokens, and a second thread costs more in hand-off than
-            # it saves (MiniLM: 3.6 ms of CPU on one, 4.2 ms wall and 5.2 ms of CPU on two); the
-            # other core answers another request.
-            query_threads=1,
-        )
+        self.embedder = Embedder.for_settings(settings)
         self.vectors = QueryVectors(self.embedder, settings.api_query_cache)
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
         # Several workers map one copy of each index from files; one keeps it in its own memory

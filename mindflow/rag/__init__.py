@@ -41,7 +41,7 @@ def search(
     table = open_chunks(settings.lance_path)
     if table is None:
         return []
-    embedder = embedder or Embedder(model=settings.embedding_model, batch_size=settings.embedding_batch_size)
+    embedder = embedder or Embedder.for_settings(settings)
     return search_chunks(table, query, embedder.encode([query])[0], k)
 
 
@@ -64,7 +64,7 @@ def reindex(
         raise MindflowError(
             f"no ebook folder at {folder}: create it and put EPUB, PDF, HTML, TXT or MD files in it"
         )
-    embedder = embedder or Embedder(model=settings.embedding_model, batch_size=settings.embedding_batch_size)
+    embedder = embedder or Embedder.for_settings(settings)
     with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s) as con:
         return run(
             con,
