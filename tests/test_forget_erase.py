@@ -510,6 +510,7 @@ def test_the_duckdb_file_is_copied_whole_and_swapped(settings):
     before, after, _ = rewrite_duckdb(settings)
     assert before and after and not leftover.exists()
     assert sorted(p.name for p in settings.resolved_home.iterdir()) == [
+        "embedding_precision",  # the home's encoder, pinned when its schema was created
         "mindflow.duckdb",
         "mindflow.duckdb.lock",
     ]
