@@ -522,7 +522,7 @@ def serve(
         # Loaded here, so a bad model setting is one line of error instead of a failed startup
         # (and the query encoder's ONNX graph exported before the server binds). With several
         # workers, in a process of its own: the supervisor that stays keeps no model.
-        if settings.workers > 1:
+        if settings.api_workers > 1:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
@@ -535,7 +535,7 @@ def serve(
     import uvicorn
     from threadpoolctl import threadpool_limits
 
-    if settings.workers > 1:
+    if settings.api_workers > 1:
         # Recall is Python between its library calls: one process keeps one core busy at
         # most, whatever its threads. uvicorn's workers share the listening socket.
         uvicorn.run(
@@ -544,7 +544,7 @@ def serve(
             host=host,
             port=port,
             log_level=log_level,
-            workers=settings.workers,
+            workers=settings.api_workers,
         )
         return
     # One BLAS thread: a recall's vector search runs beside its full-text search, and a

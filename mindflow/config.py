@@ -51,6 +51,7 @@ class ObjectStore:
 # precision (written when its schema is created or migrated to version 15); the read API,
 # which never opens DuckDB, reads it too, and takes a DuckDB file without a pin for an
 # older home (a server may start on an upgraded home before any job has migrated it).
+PRECISIONS = ("fp32", "int8")
 DEFAULT_PRECISION = "int8"
 PRECISION_PIN = "embedding_precision"
 
@@ -60,7 +61,7 @@ def pinned_precision(home: Path) -> str | None:
         value = (home / PRECISION_PIN).read_text().strip()
     except OSError:
         return None
-    return value if value in ("fp32", "int8") else None
+    return value if value in PRECISIONS else None
 
 
 class Settings(BaseSettings):
@@ -223,8 +224,8 @@ class Settings(BaseSettings):
         description="Memories the server keeps in memory for recall (vectors, times, rows; ~2.2 KB each "
         "with MiniLM), least recently used beings first out; 0 reads every recall from LanceDB.",
     )
-    api_workers: int | None = Field(
-        default=None,
+    api_workers: int = Field(
+        default=1,
         ge=1,
         description="Worker processes of `mindflow serve` (default 1). Several share one listening "
         "socket and map the same hot index files (written under cache/hot).",
@@ -443,11 +444,6 @@ class Settings(BaseSettings):
     def hot_index(self) -> Path:
         """The hot index files every server worker maps (`mindflow.recall.hot_files`); derived, disposable."""
         return self.resolved_home / "cache" / "hot"
-
-    @property
-    def workers(self) -> int:
-        """Server worker processes: `api_workers`, or one."""
-        return self.api_workers or 1
 
     @property
     def models(self) -> Path:

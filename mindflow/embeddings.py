@@ -15,15 +15,14 @@ import numpy as np
 import pyarrow as pa
 
 from mindflow import store
-from mindflow.config import DEFAULT_MODEL
+from mindflow.config import DEFAULT_MODEL, PRECISIONS
 from mindflow.errors import MindflowError
 from mindflow.vectors import to_column, to_matrix
 
 OPENAI_PREFIX = "openai:"
 RUNTIMES = ("onnx", "torch")
-PRECISIONS = ("fp32", "int8")
 _MODELS: dict[str, object] = {}
-_ONNX: dict[tuple[str, str], object] = {}
+_ONNX: dict[tuple[str, str, str], object] = {}  # (model, graph folder, precision) -> encoder
 _MODELS_LOCK = threading.Lock()
 
 

@@ -40,7 +40,6 @@ MIN_PROBE_COSINE = 0.99999
 # int8 weights move a vector by design (LoCoMo turns: mean cosine 0.992 to float32, min 0.974);
 # this only catches a broken quantisation. Whether int8 keeps recall is bench_recall's question.
 MIN_INT8_PROBE_COSINE = 0.9
-PRECISIONS = ("fp32", "int8")
 INT8_RECIPE = "matmul-per-channel"
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

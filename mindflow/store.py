@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 from filelock import FileLock, Timeout
 
-from mindflow.config import DEFAULT_PRECISION
+from mindflow.config import DEFAULT_PRECISION, PRECISION_PIN
 from mindflow.errors import MindflowError
 
 # Each migration is applied once, in order, inside a transaction; the applied
@@ -555,7 +555,6 @@ def _pin_precision(con: duckdb.DuckDBPyConnection, precision: str) -> None:
     int8 queries against them would score other neighbours). A pin already there stays;
     MINDFLOW_EMBEDDING_PRECISION overrides any pin.
     """
-    from mindflow.config import PRECISION_PIN
     from mindflow.files import atomic_write
 
     row = con.execute(

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from test_recall import ADA, BRAM, _write
+import test_recall_hot
+from test_recall import _write
 from test_recall_hot import _pipeline
 
 from mindflow.api import models
@@ -26,15 +27,8 @@ from mindflow.recall import HotIndexes, RecallConfig, open_memories
 from mindflow.recall.hot_files import HotFiles
 
 MINDFLOW = Path(sys.executable).with_name("mindflow")
+published = test_recall_hot.published  # the same fixture: ada and bram ingested, patrolled, published
 QUERIES = ["which database for the reports?", "deploy window", "CSV importer bug", "running with the cat"]
-
-
-@pytest.fixture
-def published(settings, embedder):
-    _write(settings.inbox, "ada", ADA)
-    _write(settings.inbox, "bram", BRAM)
-    _pipeline(settings, embedder, ["ada", "bram"])
-    return settings
 
 
 def _children(pid: int) -> list[int]:
@@ -235,3 +229,23 @@ def test_what_a_killed_writer_left_is_ignored_and_rebuilt(published):
         assert [server.recall("ada", q)[0] for q in QUERIES[:2]] == expected_refs
     finally:
         server.close()
+
+
+def test_a_being_over_the_budget_gets_no_files_and_reads_lancedb(published):
+    table = open_memories(published.lance_path)
+    rows = len(test_recall_hot.ADA)
+    hot = HotIndexes(published.lance_path, rows - 1, HotFiles(published.hot_index))
+    try:
+        assert hot.get(table, "ada") is None
+        assert hot.wait("ada")
+        assert hot.get(table, "ada") is None  # served from LanceDB, not rebuilt on every request
+        assert not (published.hot_index / "ada").exists() or not list((published.hot_index / "ada").iterdir())
+    finally:
+        hot.close()
+    roomy = HotIndexes(published.lance_path, rows, HotFiles(published.hot_index))
+    try:
+        roomy.get(table, "ada")
+        assert roomy.wait("ada")
+        assert len(roomy.get(table, "ada")) == rows
+    finally:
+        roomy.close()

@@ -154,7 +154,7 @@ class RecallService:
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
         # Several workers map one copy of each index from files; one keeps it in its own memory
         # (no 250 MB written per 100,000 memories at every new table version).
-        files = HotFiles(settings.hot_index) if settings.workers > 1 else None
+        files = HotFiles(settings.hot_index) if settings.api_workers > 1 else None
         self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows, files)
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
         # Tombstones and pins of every process, applied to each answer (one stat per request).

@@ -158,7 +158,6 @@ class BeingIndex:
         # per query): full-text searches through it see exactly the memories of the index,
         # without a version check per query.
         self.snapshot = snapshot
-        self.arrays = arrays
         self.vectors = arrays.vectors
         self.rows = arrays.rows
         self.ts = arrays.ts
@@ -330,17 +329,18 @@ class HotIndexes:
             version = lance.run_async(table.version())
             if self.files is None:
                 index = BeingIndex(being_id, version, _recallable(table, being_id), table)
+                rows = len(index)
             else:
-                index = self._mapped(table, being_id, version)
+                index, rows = self._mapped(table, being_id, version)
             with self._lock:
                 self._indexes.pop(being_id, None)
-                if len(index) > self.max_rows:
+                if rows > self.max_rows:
                     self._skip[being_id] = version
                     log.info(
                         "being %s has %d memories, more than the hot-index budget of %d rows:"
                         " its recalls read LanceDB",
                         being_id,
-                        len(index),
+                        rows,
                         self.max_rows,
                     )
                     return
@@ -359,8 +359,9 @@ class HotIndexes:
             if done is not None:
                 done.set()
 
-    def _mapped(self, table, being_id: str, version: int) -> BeingIndex:
-        """The index of this version from the shared files, written first if no worker has yet."""
+    def _mapped(self, table, being_id: str, version: int) -> tuple[BeingIndex | None, int]:
+        """The index of this version from the shared files, written first if no worker has yet,
+        and its rows (None over the budget: no files are written for it)."""
         # A table dropped and created again starts its versions over: the commit's time tells
         # its version 3 from the old table's version 3.
         stamp = next(
@@ -369,7 +370,6 @@ class HotIndexes:
             if v["version"] == version
         )
         with self.files.lock(being_id):
-            self.files.prune(being_id, keep=self.files.folder(being_id, version, stamp))
             arrays = self.files.open(being_id, version, stamp)
             if arrays is None:
                 # Built in a process of its own: building reads every row and leaves ~0.9 GB
@@ -384,13 +384,12 @@ class HotIndexes:
                         write_index, self.lance_path, being_id, version, stamp, self.files.root, self.max_rows
                     ).result()
                 if rows > self.max_rows:
-                    # Served from LanceDB anyway (no files were written): only its size matters.
-                    return BeingIndex(being_id, version, _recallable(table, being_id), table)
-                self.files.prune(being_id, keep=self.files.folder(being_id, version, stamp))
+                    return None, rows
                 arrays = self.files.open(being_id, version, stamp)
                 if arrays is None:
                     raise OSError(f"the hot index files of {being_id} at version {version} could not be read")
-        return BeingIndex.of_arrays(being_id, version, arrays, table)
+            self.files.prune(being_id, keep=self.files.folder(being_id, version, stamp))
+        return BeingIndex.of_arrays(being_id, version, arrays, table), len(arrays.refs)
 
     def close(self) -> None:
         self._builder.shutdown(wait=False, cancel_futures=True)
