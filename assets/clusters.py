@@ -25,8 +25,8 @@ def clusters(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Ma
     """Clusters of a being's nodes, with vectors = mean of their active nodes (patrol step ❼)."""
     per_being: dict[str, dict[str, int]] = {}
     wrong_roots: dict[str, str] = {}
-    with duckdb.connect() as con:
-        for being_id in context.partition_keys:
+    for group, con in duckdb.beings(context.partition_keys):
+        for being_id in group:
             now = utcnow()
             patrol.ensure_roots(con, being_id, now)
             report = patrol.step_merge_small_clusters(con, being_id, patrol.PatrolParams(), now)
@@ -43,7 +43,7 @@ def clusters(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Ma
                 "SELECT count(*) FROM clusters WHERE being_id = ?", [being_id]
             ).fetchall()[0][0]
             per_being[being_id] = {"clusters": clusters_now, **report.counts}
-        log_cluster_changes(con, duckdb.settings(), per_being, run_id=context.run_id)
+        log_cluster_changes(con, duckdb.settings(), {b: per_being[b] for b in group}, run_id=context.run_id)
 
     def total(key: str) -> int:
         return sum(counts[key] for counts in per_being.values())

@@ -21,8 +21,8 @@ def journal(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mat
             metadata={"written": 0, "llm_steps": "skipped: no model configured", **llm_meta}
         )
     per_being: dict[str, dict[str, int]] = {}
-    with duckdb.connect() as con:
-        for being_id in context.partition_keys:
+    for group, con in duckdb.beings(context.partition_keys):
+        for being_id in group:
             report = patrol.step_journal(con, settings, being_id, llm, utcnow(), run_id=context.run_id)
             context.log.info(f"{being_id} {report.step}: {report.counts}")
             for error in report.errors:  # why an LLM answer was rejected (never a key)

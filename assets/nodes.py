@@ -73,7 +73,8 @@ def scene_notes(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
     with duckdb.connect() as con:
         # Critical files are verified at the start of every run (the first asset of extraction and patrol).
         integrity = audit.verify_critical(duckdb.settings(), con, run_id=context.run_id)
-        for being_id in context.partition_keys:
+    for group, con in duckdb.beings(context.partition_keys):
+        for being_id in group:
             if llm is not None:
                 report = extraction.extract(
                     con, being_id, llm, utcnow(), supersede=not in_review(duckdb.settings(), being_id),
@@ -158,8 +159,9 @@ def nodes(
     with duckdb.connect() as con:
         # Critical files are verified at the start of every run; changes are logged as ALERT.
         integrity = audit.verify_critical(settings, con, run_id=context.run_id)
-        patrol.embed_new_scenes(con, list(context.partition_keys), embedder)
-        for being_id in context.partition_keys:
+    for group, con in duckdb.beings(context.partition_keys):
+        patrol.embed_new_scenes(con, group, embedder)
+        for being_id in group:
             report = step(
                 con, being_id, embedder, patrol.PatrolParams(), utcnow(), events_dir=settings.events,
                 llm=llm, settings=settings, run_id=context.run_id,

@@ -109,6 +109,15 @@ class Settings(BaseSettings):
     duckdb_lock_timeout_s: float = Field(
         default=600.0, description="How long a job waits for another process holding the DuckDB file."
     )
+    duckdb_writers: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Runs that may write the relational stores at once (pool `duckdb`'s limit). Above 1, "
+        "the steps of one being (extraction, patrol, form) work on a checkout of that being's rows and "
+        "merge it back when they finish; a checkout whose being changed meanwhile is retried "
+        "(mindflow/checkout.py).",
+    )
     failure_webhook_url: str | None = Field(
         default=None,
         description="A failed run of any mindflow job is POSTed here as JSON (job, run id, partition, "
@@ -412,6 +421,11 @@ class Settings(BaseSettings):
     @property
     def duckdb_path(self) -> Path:
         return self.resolved_home / "mindflow.duckdb"
+
+    @property
+    def checkouts(self) -> Path:
+        """Where the steps of one being keep its rows while they run (MINDFLOW_DUCKDB_WRITERS > 1)."""
+        return self.resolved_home / "checkouts"
 
     @property
     def encoder_precision(self) -> str:

@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 
 log = logging.getLogger(__name__)
 
@@ -282,33 +283,46 @@ def load(
     # The name carries the quantisation recipe: a new recipe makes a new graph, never reads an old one.
     int8 = graph.with_name(f"{graph.stem}-int8-{INT8_RECIPE}.onnx")
     try:
-        model = None
-        if not graph.is_file():
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            model = load_model()
-            _export(model, graph)
-            worst = _probe_cosine(model, OnnxEncoder(graph, model_dir, max_length, normalize))
-            if worst < MIN_PROBE_COSINE:
-                graph.unlink(missing_ok=True)
-                log.warning(
-                    "the ONNX graph of %s differs from sentence-transformers (cosine %.5f): not used",
-                    name,
-                    worst,
-                )
-                return None
-            log.info("exported %s to %s", name, graph)
-        if precision == "fp32":
-            return OnnxEncoder(graph, model_dir, max_length, normalize)
-        if not int8.is_file():
-            model = model or load_model()
-            _quantise(graph, int8)
-            worst = _probe_cosine(model, OnnxEncoder(int8, model_dir, max_length, normalize))
-            if worst < MIN_INT8_PROBE_COSINE:
-                int8.unlink(missing_ok=True)
-                log.warning("the int8 graph of %s is broken (cosine %.5f): not used", name, worst)
-                return None
-            log.info("quantised %s to %s", name, int8)
-        return OnnxEncoder(int8, model_dir, max_length, normalize)
+        if graph.is_file() and (precision == "fp32" or int8.is_file()):
+            return OnnxEncoder(int8 if precision == "int8" else graph, model_dir, max_length, normalize)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        # One process makes the graphs, the others wait and load them: the quantiser writes a
+        # shape-inferred copy beside its input under a fixed name, which two at once remove
+        # from under each other.
+        with FileLock(str(graph) + ".lock"):
+            return _make(graph, int8, model_dir, load_model, name, precision, max_length, normalize)
     except Exception as exc:  # noqa: BLE001 - the fast path is optional; recall must still work
         log.warning("embedding of %s stays on sentence-transformers: %s: %s", name, type(exc).__name__, exc)
         return None
+
+
+def _make(
+    graph: Path, int8: Path, model_dir: Path, load_model, name: str, precision: str, max_length, normalize
+):
+    """Export (and quantise) the graphs that are not there yet; the encoder of `precision`, or None."""
+    model = None
+    if not graph.is_file():
+        model = load_model()
+        _export(model, graph)
+        worst = _probe_cosine(model, OnnxEncoder(graph, model_dir, max_length, normalize))
+        if worst < MIN_PROBE_COSINE:
+            graph.unlink(missing_ok=True)
+            log.warning(
+                "the ONNX graph of %s differs from sentence-transformers (cosine %.5f): not used",
+                name,
+                worst,
+            )
+            return None
+        log.info("exported %s to %s", name, graph)
+    if precision == "fp32":
+        return OnnxEncoder(graph, model_dir, max_length, normalize)
+    if not int8.is_file():
+        model = model or load_model()
+        _quantise(graph, int8)
+        worst = _probe_cosine(model, OnnxEncoder(int8, model_dir, max_length, normalize))
+        if worst < MIN_INT8_PROBE_COSINE:
+            int8.unlink(missing_ok=True)
+            log.warning("the int8 graph of %s is broken (cosine %.5f): not used", name, worst)
+            return None
+        log.info("quantised %s to %s", name, int8)
+    return OnnxEncoder(int8, model_dir, max_length, normalize)

@@ -234,8 +234,11 @@ def describe_holders(instance) -> str:
     return "; ".join(h.describe() for h in holders(instance))
 
 
-def wait_until_free(instance, say: Callable[[str], None], *, poll_s: float = WAIT_POLL_S) -> float:
-    """Sleep until no other live run holds the pool; returns the seconds waited.
+def wait_until_free(
+    instance, say: Callable[[str], None], *, poll_s: float = WAIT_POLL_S, limit: int = 1
+) -> float:
+    """Sleep until fewer than `limit` other live runs hold the pool (none, at the default limit of
+    one); returns the seconds waited.
 
     Says once what it waits for (and again when that changes). Between checks it sleeps,
     so waiting costs no measurable CPU, and Ctrl-C (KeyboardInterrupt) stops it at once.
@@ -244,9 +247,10 @@ def wait_until_free(instance, say: Callable[[str], None], *, poll_s: float = WAI
     last = None
     while True:
         reap_stale_runs(instance, log=say)
-        names = describe_holders(instance)
-        if not names:
+        found = holders(instance)
+        if len(found) < limit:
             return time.monotonic() - began
+        names = "; ".join(h.describe() for h in found)
         if names != last:
             say(f"waiting for pool {POOL}: held by {names}. Ctrl-C stops waiting; nothing is lost.")
             last = names

@@ -14,7 +14,7 @@ import dagster as dg
 import duckdb
 from pydantic import Field
 
-from mindflow import lance, store
+from mindflow import checkout, lance, store
 from mindflow.config import DEFAULT_MODEL, Settings, load_settings
 from mindflow.embeddings import Embedder
 
@@ -50,6 +50,10 @@ class MindflowHome(dg.ConfigurableResource):
         return load_settings(home=self.home)
 
 
+# How often a step whose checkout conflicted runs again (each on a new checkout) before its run fails.
+CONFLICT_RETRIES = 5
+
+
 class DuckDBResource(MindflowHome):
     """The relational stores in `$MINDFLOW_HOME/mindflow.duckdb`, migrated on open."""
 
@@ -58,6 +62,30 @@ class DuckDBResource(MindflowHome):
         settings = self.settings()
         with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s) as con:
             yield con
+
+    def beings(self, being_ids: list[str]) -> Iterator[tuple[list[str], duckdb.DuckDBPyConnection]]:
+        """(beings, connection) for steps that touch only the rows of the beings they are given.
+
+        One writer (MINDFLOW_DUCKDB_WRITERS=1): all of them, on the store itself. Several: one
+        being at a time on a checkout of its rows (mindflow/checkout.py), so runs of other beings
+        write at once; a checkout that conflicts asks Dagster to run the step again.
+        """
+        settings = self.settings()
+        if settings.duckdb_writers <= 1:
+            with self.connect() as con:
+                yield list(being_ids), con
+            return
+        for being_id in being_ids:
+            try:
+                with checkout.checkout(
+                    settings.duckdb_path,
+                    settings.checkouts,
+                    being_id,
+                    lock_timeout_s=settings.duckdb_lock_timeout_s,
+                ) as con:
+                    yield [being_id], con
+            except checkout.CommitConflict as exc:
+                raise dg.RetryRequested(max_retries=CONFLICT_RETRIES, seconds_to_wait=1.0) from exc
 
 
 class LanceDBResource(MindflowHome):

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,6 +67,17 @@ storage:
     postgres_url:
       env: MINDFLOW_DAGSTER_POSTGRES_URL
 """
+
+
+def dagster_yaml(writers: int = 1) -> str:
+    """The instance configuration mindflow writes, with pool `duckdb`'s limit (MINDFLOW_DUCKDB_WRITERS)."""
+    if writers == 1:
+        return DAGSTER_YAML
+    return DAGSTER_YAML.replace(
+        "admits one run at a time", f"admits {writers} runs at a time"
+    ).replace("default_limit: 1\n", f"default_limit: {writers}\n")
+
+
 # What earlier versions of mindflow wrote, upgraded in place while nobody has edited it.
 _EARLIER_YAML = tuple(
     _HEADER + pools + _TELEMETRY + storage
@@ -111,21 +123,21 @@ def prepare_instance(settings: Settings) -> Path:
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    wanted = DAGSTER_YAML
+    wanted = base = dagster_yaml(settings.duckdb_writers)
     if settings.dagster_postgres_url is not None:
         if importlib.util.find_spec("dagster_postgres") is None:
             raise MindflowError(
                 "MINDFLOW_DAGSTER_POSTGRES_URL is set but dagster-postgres is not installed: "
                 "pip install 'mindflow[scale]'"
             )
-        wanted = DAGSTER_YAML + POSTGRES_STORAGE
+        wanted = base + POSTGRES_STORAGE
         scheme, _, rest = settings.dagster_postgres_url.get_secret_value().partition("://")
         # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; dagster-postgres brings psycopg2.
         scheme = "postgresql+psycopg2" if scheme in ("postgresql", "postgres") else scheme
         os.environ["MINDFLOW_DAGSTER_POSTGRES_URL"] = f"{scheme}://{rest}"
     # Switching profiles rewrites a file mindflow wrote; one a user edited is theirs.
     current = config.read_text() if config.exists() else None
-    if current is None or current in (*_EARLIER_YAML, DAGSTER_YAML, DAGSTER_YAML + POSTGRES_STORAGE):
+    if current is None or current in _EARLIER_YAML or _ours(current):
         if current != wanted:
             config.write_text(wanted)
     elif "mindflow.dagster_storage" in current:
@@ -143,6 +155,15 @@ def prepare_instance(settings: Settings) -> Path:
     # The materializations of a range run reach the event log as one batch.
     os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", "1000")
     return home
+
+
+def _ours(text: str) -> bool:
+    """Whether `text` is a configuration mindflow writes, for any pool limit and storage."""
+    match = re.search(r"^    default_limit: (\d+)$", text, re.MULTILINE)
+    if match is None or not 1 <= int(match.group(1)) <= 256:
+        return False
+    base = dagster_yaml(int(match.group(1)))
+    return text in (base, base + POSTGRES_STORAGE)
 
 
 def init_home(settings: Settings) -> Path:
@@ -215,31 +236,44 @@ def _say(message: str) -> None:
 
 
 @contextmanager
-def _pool_turn(instance, say: Callable[[str], None]) -> Iterator[None]:
-    """Hold this home's turn at pool `duckdb` while a run executes in this process.
+def _pool_turn(instance, say: Callable[[str], None], writers: int = 1) -> Iterator[None]:
+    """Hold one of this home's `writers` turns at pool `duckdb` while a run executes in this process.
 
-    A file lock orders the CLI's own runs (the kernel drops it with a killed process, so
-    a kill -9 never leaves it taken); then `pool.wait_until_free` waits out runs that the
+    A file lock per turn orders the CLI's own runs (the kernel drops it with a killed process,
+    so a kill -9 never leaves it taken); then `pool.wait_until_free` waits out runs that the
     daemon or the UI launched. Both wait asleep, and say what they wait for.
     """
     from filelock import FileLock, Timeout
 
-    lock = FileLock(str(Path(os.environ["DAGSTER_HOME"]) / f"pool-{pool.POOL}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
+    folder = Path(os.environ["DAGSTER_HOME"])
+    turns = [FileLock(str(folder / (f"pool-{pool.POOL}.lock" if i == 0 else f"pool-{pool.POOL}-{i}.lock")))
+             for i in range(writers)]  # fmt: skip
+
+    def free_turn():
+        for turn in turns:
+            try:
+                turn.acquire(timeout=0)
+                return turn
+            except Timeout:
+                continue
+        return None
+
+    held = free_turn()
+    if held is None:
         pool.reap_stale_runs(instance, log=say)
-        held = pool.describe_holders(instance) or "a run that is starting"
+        holders = pool.describe_holders(instance) or "a run that is starting"
         say(
-            f"waiting for pool {pool.POOL}: another mindflow process runs {held}. "
+            f"waiting for pool {pool.POOL}: another mindflow process runs {holders}. "
             "Ctrl-C stops waiting; nothing is lost."
         )
-        lock.acquire(poll_interval=pool.WAIT_POLL_S)
+        while held is None:
+            time.sleep(pool.WAIT_POLL_S)
+            held = free_turn()
     try:
-        pool.wait_until_free(instance, say)
+        pool.wait_until_free(instance, say, limit=writers)
         yield
     finally:
-        lock.release()
+        held.release()
 
 
 def run_job(
@@ -355,7 +389,7 @@ def run_job(
             events = launch.run_events(instance, run_id) if instance.get_run_by_id(run_id) else []
             success = status == "SUCCESS"
         else:
-            with _pool_turn(instance, say or _say):
+            with _pool_turn(instance, say or _say, settings.duckdb_writers):
                 # A run of the job rebuilt from the code location, executed here (public execute_job).
                 tags.update(pool.run_tags())
                 result = launch.execute(instance, job, run_config=run_config, tags=tags)

@@ -34,6 +34,8 @@ USER = "mindflow"
 # moto accepts any credentials; these name the profile in its logs.
 ACCESS_KEY, SECRET_KEY, REGION = "mindflow-scale", "mindflow-scale-secret", "us-east-1"
 START_TIMEOUT_S = 60.0
+# Pool `duckdb`'s limit on this profile unless MINDFLOW_DUCKDB_WRITERS says otherwise.
+WRITERS = 4
 
 
 @dataclass
@@ -64,6 +66,8 @@ class Profile:
             "MINDFLOW_S3_ENDPOINT": self.s3_endpoint,
             "MINDFLOW_S3_REGION": REGION,
             "MINDFLOW_S3_ALLOW_HTTP": "true",
+            # Patrols of different beings write at once, on checkouts of their rows (mindflow/checkout.py).
+            "MINDFLOW_DUCKDB_WRITERS": os.environ.get("MINDFLOW_DUCKDB_WRITERS", str(WRITERS)),
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_REGION": REGION,
@@ -322,7 +326,8 @@ def describe(profile: Profile, home: Path) -> str:
             "Where each store lives (scale profile):",
             f"  Dagster instance   PostgreSQL {safe_url} ({runs} runs; cluster {profile.pg_data})",
             f"  LanceDB tables     {settings.lance_path} at {profile.s3_endpoint} (moto): {lance_rows}",
-            f"  relational stores  DuckDB {settings.duckdb_path} (one writer: pool `duckdb` limit 1;"
+            f"  relational stores  DuckDB {settings.duckdb_path} ({settings.duckdb_writers} runs write at"
+            f" once, each being's steps on a checkout under {settings.checkouts};"
             " DuckLake not used, see README)",
             f"  inbox, workspace   {settings.inbox}, {settings.workspace}",
         ]

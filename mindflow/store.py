@@ -590,14 +590,17 @@ TABLES = (
 )
 
 
-def migrate(con: duckdb.DuckDBPyConnection) -> int:
-    """Bring the schema to SCHEMA_VERSION; returns the number of migrations applied."""
+def migrate(con: duckdb.DuckDBPyConnection, *, pin: bool = True) -> int:
+    """Bring the schema to SCHEMA_VERSION; returns the number of migrations applied.
+
+    `pin=False` for a file that is not a home's store (a being's checkout): no precision pin
+    is written beside it."""
     con.execute(
         "CREATE TABLE IF NOT EXISTS schema_version ("
         " version INTEGER PRIMARY KEY, description VARCHAR, applied_at TIMESTAMP)"
     )
     done = {row[0] for row in con.execute("SELECT version FROM schema_version").fetchall()}
-    if PIN_VERSION not in done:
+    if PIN_VERSION not in done and pin:
         # Before any migration commits: a kill in between leaves the pin, and the rerun keeps it.
         _pin_precision(con, "fp32" if done else DEFAULT_PRECISION)
     applied = 0

@@ -109,9 +109,17 @@ def server(settings):
         yield running
 
 
+WORDS = ("budget", "garden", "invoice", "lecture", "harbour", "violin", "pipeline", "museum")
+
+
 def _episodes(being: str, *texts: str, day: str = "2026-03-02") -> list[dict]:
     return [
-        {"id": f"{being}-{abs(hash(t)) % 10**8}", "ts": f"{day}T09:{i:02d}:00Z", "text": t, "kind": "fact"}
+        {
+            "id": f"{being}-{abs(hash(t)) % 10**8}",
+            "ts": f"{day}T{9 + i // 60:02d}:{i % 60:02d}:00Z",
+            "text": t,
+            "kind": "fact",
+        }
         for i, t in enumerate(texts)
     ]
 
@@ -164,10 +172,23 @@ def test_ingest_patrol_decay_and_recall_through_the_client(settings, server, pro
     assert not (settings.resolved_home / "lance").exists()
 
 
-def test_two_patrols_of_different_beings_at_once_both_succeed(settings, env):
-    """Both are started together; on one DuckDB file the second waits for pool `duckdb`, then runs."""
+def test_two_patrols_of_different_beings_at_once_both_succeed(settings, server, env):
+    """Both are started together and run at the same time, each on a checkout of its being's rows."""
     import dagster as dg
 
+    from mindflow.client import MindflowClient
+    from mindflow.runner import run_job
+
+    # Enough new episodes that each patrol embeds for a few seconds, so two runs that do not
+    # wait for each other overlap.
+    with MindflowClient(server.url, token=TOKEN) as memory:
+        for being in ("ada", "bram"):
+            texts = [
+                f"{being} logged step {i} of the quarterly {WORDS[i % len(WORDS)]} review."
+                for i in range(200)
+            ]
+            memory.add_episodes(being, _episodes(being, *texts, day="2026-03-05"))
+    assert all(s.success for s in run_job(settings, "ingest"))
     with dg.DagsterInstance.get() as instance:
         before = {r.dagster_run.run_id for r in instance.get_run_records()}
     runs = [_mindflow(env, "run", "patrol", "--being", being) for being in ("ada", "bram")]
@@ -175,10 +196,16 @@ def test_two_patrols_of_different_beings_at_once_both_succeed(settings, env):
     for run, (out, err) in zip(runs, outputs, strict=True):
         assert run.returncode == 0, err[-2000:]
         assert " ok" in out
+        assert "waiting for pool" not in err
     with dg.DagsterInstance.get() as instance:
         new = [r.dagster_run for r in instance.get_run_records() if r.dagster_run.run_id not in before]
     assert sorted(r.tags.get("dagster/partition") for r in new) == ["ada", "bram"]
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in new)
+    with dg.DagsterInstance.get() as instance:
+        spans = sorted((s.start_time, s.end_time) for s in (instance.get_run_stats(r.run_id) for r in new))
+    assert spans[1][0] < spans[0][1], f"the runs did not overlap: {spans}"
+    assert settings.duckdb_writers == scale.WRITERS
+    assert not list(settings.checkouts.glob("*.duckdb"))
 
 
 def test_api_reads_object_storage_while_a_patrol_publishes(settings, server, env):

@@ -1,0 +1,193 @@
+"""A being's rows in a DuckDB file of their own while the steps of one run work on them.
+
+DuckDB admits one writing process per file, so with one store every run that writes waits
+for the one before it (pool `duckdb`, limit 1). With MINDFLOW_DUCKDB_WRITERS above 1, the
+steps that touch one being only (extraction, patrol, form) work on a checkout instead:
+
+1. under the store's lock, for a moment: every row of the being (each table with a
+   `being_id`) is copied into a new file under `checkouts/`, with the critical-file
+   checksums the steps read, and the being's rows are fingerprinted (count and sum of
+   row hashes per table);
+2. the step runs against the checkout, with the same SQL, while runs of other beings
+   check out and commit theirs;
+3. under the store's lock again, in one transaction: if the being's rows in the store
+   still have the fingerprint of step 1, they are replaced by the checkout's, and the
+   checkout's new embedding-cache and audit rows are added. If anything changed them
+   meanwhile (an ingest of the being's episodes, a forget, another run of the same being),
+   nothing is written and `CommitConflict` is raised: the step runs again on a new
+   checkout (the assets ask Dagster for a retry), so nothing is lost and nothing stale
+   overwrites a newer row.
+
+This is optimistic concurrency as a lakehouse catalog does it (DuckLake could not carry
+the stores here; README, "Running at scale"). A checkout left by a killed process is
+removed by the next checkout: its file lock died with the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+from filelock import FileLock, Timeout
+
+from mindflow import store
+from mindflow.errors import MindflowError
+from mindflow.inbox import validate_being_id
+
+# Read by the steps, never written by them: copied whole, not merged back.
+READ_ONLY = ("integrity",)
+# Rows of all beings that a step only ever adds.
+ADDED = {"embedding_cache": ("model", "text_sha256"), "audit_log": ("audit_id",)}
+
+
+class CommitConflict(MindflowError):
+    """The being's rows in the store changed after the checkout: nothing was written."""
+
+
+@dataclass
+class CheckoutReport:
+    """What one checkout moved: the being's rows out and back, and the seconds under the store's lock."""
+
+    being_id: str
+    rows_out: int = 0
+    rows_in: int = 0
+    added: int = 0
+    locked_s: float = 0.0
+
+
+def being_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The store's tables that hold one row per being and thing (those with a `being_id`)."""
+    rows = con.execute(
+        "SELECT table_name FROM information_schema.columns "
+        "WHERE column_name = 'being_id' AND table_catalog = current_database() AND table_schema = 'main' "
+        "ORDER BY table_name"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def fingerprint(con: duckdb.DuckDBPyConnection, tables: list[str], being_id: str) -> dict[str, tuple]:
+    """(rows, sum of row hashes) of the being in each table of the connection's own database."""
+    out = {}
+    for table in tables:
+        out[table] = tuple(
+            con.execute(
+                f"SELECT count(*), coalesce(sum(hash(t)::HUGEINT), 0) FROM {table} AS t WHERE being_id = ?",
+                [being_id],
+            ).fetchone()
+        )
+    return out
+
+
+def _sweep(folder: Path) -> None:
+    """Remove checkouts whose process is gone (their lock is free)."""
+    for lock_path in folder.glob("*.lock"):
+        lock = FileLock(str(lock_path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue  # a live run's
+        try:
+            base = lock_path.with_suffix("")
+            for leftover in (base, base.with_name(base.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        finally:
+            lock.release()
+            lock_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def checkout(
+    path: Path,
+    folder: Path,
+    being_id: str,
+    *,
+    lock_timeout_s: float = 600.0,
+    report: CheckoutReport | None = None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to a checkout of the being's rows of the store at `path`, merged back when the
+    block ends without an exception (`CommitConflict` if the being changed meanwhile)."""
+    validate_being_id(being_id)
+    report = report if report is not None else CheckoutReport(being_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    _sweep(folder)
+    work = folder / f"{being_id}-{uuid.uuid4().hex[:12]}.duckdb"
+    own = FileLock(str(work) + ".lock")
+    own.acquire()
+    try:
+        with duckdb.connect(str(work)) as con:
+            store.migrate(con, pin=False)
+        began = time.monotonic()
+        with store.connect(path, lock_timeout_s=lock_timeout_s) as con:
+            tables = being_tables(con)
+            con.execute(f"ATTACH '{work}' AS checkout")
+            try:
+                for table in tables:
+                    report.rows_out += con.execute(
+                        f"INSERT INTO checkout.{table} BY NAME SELECT * FROM {table} WHERE being_id = ?",
+                        [being_id],
+                    ).fetchone()[0]
+                for table in READ_ONLY:
+                    con.execute(f"INSERT INTO checkout.{table} BY NAME SELECT * FROM {table}")
+                before = fingerprint(con, tables, being_id)
+            finally:
+                con.execute("DETACH checkout")
+        report.locked_s += time.monotonic() - began
+        con = duckdb.connect(str(work))
+        try:
+            yield con
+        finally:
+            con.close()
+        began = time.monotonic()
+        with store.connect(path, lock_timeout_s=lock_timeout_s) as con:
+            _commit(con, work, tables, being_id, before, report)
+        report.locked_s += time.monotonic() - began
+    finally:
+        for leftover in (work, work.with_name(work.name + ".wal")):
+            leftover.unlink(missing_ok=True)
+        own.release()
+        Path(own.lock_file).unlink(missing_ok=True)
+
+
+def _commit(
+    con: duckdb.DuckDBPyConnection, work: Path, tables: list[str], being_id: str, before: dict, report
+) -> None:
+    con.execute(f"ATTACH '{work}' AS checkout (READ_ONLY)")
+    try:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            now = fingerprint(con, tables, being_id)
+            if now != before:
+                changed = sorted(t for t in tables if now[t] != before[t])
+                raise CommitConflict(
+                    f"the rows of being {being_id} changed in {', '.join(changed)} while this run worked "
+                    "on them; nothing was written, the step runs again on the new rows"
+                )
+            for table in tables:
+                stray = con.execute(
+                    f"SELECT count(*) FROM checkout.{table} WHERE being_id IS DISTINCT FROM ?", [being_id]
+                ).fetchone()[0]
+                if stray:
+                    raise MindflowError(
+                        f"a step working on being {being_id} wrote {stray} rows of other beings"
+                    )
+                con.execute(f"DELETE FROM {table} WHERE being_id = ?", [being_id])
+                report.rows_in += con.execute(
+                    f"INSERT INTO {table} BY NAME SELECT * FROM checkout.{table}"
+                ).fetchone()[0]
+            for table, key in ADDED.items():
+                match = " AND ".join(f"s.{k} = c.{k}" for k in key)
+                report.added += con.execute(
+                    f"INSERT INTO {table} BY NAME SELECT * FROM checkout.{table} c "
+                    f"WHERE NOT EXISTS (SELECT 1 FROM {table} s WHERE {match})"
+                ).fetchone()[0]
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        con.execute("DETACH checkout")
