@@ -70,9 +70,10 @@ def story(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg.Mater
     reports = []
     with duckdb.connect() as con:
         integrity = audit.verify_critical(settings, con, run_id=context.run_id)
-        for key in integrity.new_alerts:
-            context.log.warning(f"ALERT: critical file {key} changed outside mindflow")
-        for being_id in context.partition_keys:
+    for key in integrity.new_alerts:
+        context.log.warning(f"ALERT: critical file {key} changed outside mindflow")
+    for group, con in duckdb.beings(context.partition_keys):
+        for being_id in group:
             report = narrative.narrate(
                 con,
                 settings,
@@ -131,8 +132,8 @@ def core_memory(context: dg.AssetExecutionContext, duckdb: DuckDBResource) -> dg
     settings = duckdb.settings()
     model, llm_meta = resolve_llm(context, settings, "narrative")
     reports = []
-    with duckdb.connect() as con:
-        for being_id in context.partition_keys:
+    for group, con in duckdb.beings(context.partition_keys):
+        for being_id in group:
             report = build_core_memory(
                 con, settings, being_id, llm=model, run_id=context.run_id, trigger=run_trigger(context)
             )

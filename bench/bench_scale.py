@@ -2,9 +2,10 @@
 work sequentially on the default profile, in the same run.
 
 The scale profile is PostgreSQL (Dagster instance) and moto's S3 server (LanceDB) on 127.0.0.1,
-started by mindflow.scale; the relational stores stay one DuckDB file on both profiles, so the
-parallel patrols queue on pool `duckdb` (README, Running at scale). Each patrol is its own
-`mindflow run patrol --being B` process on both sides, as a run worker would start it.
+started by mindflow.scale, with MINDFLOW_DUCKDB_WRITERS runs writing the relational stores at
+once (each being's steps on a checkout of its rows, mindflow/checkout.py). The same parallel
+start with one writer (the runs queue on pool `duckdb`) shows what the checkouts add. Each
+patrol is its own `mindflow run patrol --being B` process, as a run worker would start it.
 
 Usage: python bench/bench_scale.py [--beings 10] [--episodes 1000]
 """
@@ -101,11 +102,21 @@ def main() -> int:
             "MINDFLOW_HOME": str(home),
             "DAGSTER_HOME": str(home / "dagster"),
         }
+        # The same profile with one writer: a home and a LanceDB prefix of its own.
+        queued_env = {
+            **scale_env,
+            "MINDFLOW_HOME": str(home.with_name("home-one-writer")),
+            "DAGSTER_HOME": str(home.with_name("home-one-writer") / "dagster"),
+            "MINDFLOW_LANCE_URI": scale_env["MINDFLOW_LANCE_URI"] + "-one-writer",
+            "MINDFLOW_DUCKDB_WRITERS": "1",
+        }
         total = args.beings * args.episodes
-        for env in (default_env, scale_env):
+        for env in (default_env, scale_env, queued_env):
             prepare(env, args.beings, args.episodes)
         sequential = patrols(default_env, args.beings, parallel=False)
+        queued = patrols(queued_env, args.beings, parallel=True)
         parallel = patrols(scale_env, args.beings, parallel=True)
+        writers = scale_env["MINDFLOW_DUCKDB_WRITERS"]
     finally:
         scale.down(work / "scale", purge=True)
 
@@ -116,10 +127,16 @@ def main() -> int:
         "  baseline (DuckDB, LanceDB on disk, Dagster on SQLite)"
     )
     print(
-        f"scale profile, all runs started at once  {parallel:8.1f} s  ({total / parallel:6.1f} episodes/s)"
-        f"  {parallel / sequential:.2f}x baseline (PostgreSQL + S3 on loopback; the runs queue on pool"
-        " `duckdb`, one DuckDB writer)"
+        f"scale profile, started at once, 1 writer  {queued:8.1f} s  ({total / queued:6.1f} episodes/s)"
+        f"  {queued / sequential:.2f}x baseline (PostgreSQL + S3 on loopback; the runs queue on pool"
+        " `duckdb`)"
     )
+    print(
+        f"scale profile, started at once, {writers} writers"
+        f" {parallel:8.1f} s  ({total / parallel:6.1f} episodes/s)"
+        f"  {parallel / sequential:.2f}x baseline ({writers} runs at once, each being on a checkout)"
+    )
+    print(f"cores: {os.cpu_count()} (each run's embedding already uses every core)")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 DuckDB admits one writing process per file, so with one store every run that writes waits
 for the one before it (pool `duckdb`, limit 1). With MINDFLOW_DUCKDB_WRITERS above 1, the
-steps that touch one being only (extraction, patrol, form) work on a checkout instead:
+steps that touch one being only (extraction, patrol, form, narrative) work on a checkout instead:
 
 1. under the store's lock, for a moment: every row of the being (each table with a
    `being_id`) is copied into a new file under `checkouts/`, with the critical-file
@@ -11,12 +11,16 @@ steps that touch one being only (extraction, patrol, form) work on a checkout in
 2. the step runs against the checkout, with the same SQL, while runs of other beings
    check out and commit theirs;
 3. under the store's lock again, in one transaction: if the being's rows in the store
-   still have the fingerprint of step 1, they are replaced by the checkout's, and the
-   checkout's new embedding-cache and audit rows are added. If anything changed them
+   still have the fingerprint of step 1, the tables the step changed are replaced by the
+   checkout's, and the checkout's new embedding-cache and audit rows are added (a step that
+   changed none of the being's rows, such as a narration, only adds those). If anything changed them
    meanwhile (an ingest of the being's episodes, a forget, another run of the same being),
    nothing is written and `CommitConflict` is raised: the step runs again on a new
    checkout (the assets ask Dagster for a retry), so nothing is lost and nothing stale
    overwrites a newer row.
+
+Files a step writes (the workspace, the audit log's lines) are not part of the checkout: an
+attempt that conflicts leaves the audit lines of its run, and the retry writes its own.
 
 This is optimistic concurrency as a lakehouse catalog does it (DuckLake could not carry
 the stores here; README, "Running at scale"). A checkout left by a killed process is
@@ -70,13 +74,18 @@ def being_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in rows]
 
 
-def fingerprint(con: duckdb.DuckDBPyConnection, tables: list[str], being_id: str) -> dict[str, tuple]:
-    """(rows, sum of row hashes) of the being in each table of the connection's own database."""
+def fingerprint(
+    con: duckdb.DuckDBPyConnection, tables: list[str], being_id: str, catalog: str | None = None
+) -> dict[str, tuple]:
+    """(rows, sum of row hashes) of the being in each table, of the connection's own database or
+    of the attached `catalog`."""
+    prefix = f"{catalog}." if catalog else ""
     out = {}
     for table in tables:
         out[table] = tuple(
             con.execute(
-                f"SELECT count(*), coalesce(sum(hash(t)::HUGEINT), 0) FROM {table} AS t WHERE being_id = ?",
+                f"SELECT count(*), coalesce(sum(hash(t)::HUGEINT), 0) FROM {prefix}{table} AS t "
+                "WHERE being_id = ?",
                 [being_id],
             ).fetchone()
         )
@@ -160,21 +169,26 @@ def _commit(
     try:
         con.execute("BEGIN TRANSACTION")
         try:
-            now = fingerprint(con, tables, being_id)
+            after = fingerprint(con, tables, being_id, catalog="checkout")
+            # A step that changed none of the being's rows (it only read them, or added audit and
+            # cache rows) overwrites nothing, so what changed in the store meanwhile is no conflict.
+            now = fingerprint(con, tables, being_id) if after != before else before
             if now != before:
                 changed = sorted(t for t in tables if now[t] != before[t])
                 raise CommitConflict(
                     f"the rows of being {being_id} changed in {', '.join(changed)} while this run worked "
                     "on them; nothing was written, the step runs again on the new rows"
                 )
-            for table in tables:
-                stray = con.execute(
+            stray = sum(
+                con.execute(
                     f"SELECT count(*) FROM checkout.{table} WHERE being_id IS DISTINCT FROM ?", [being_id]
                 ).fetchone()[0]
-                if stray:
-                    raise MindflowError(
-                        f"a step working on being {being_id} wrote {stray} rows of other beings"
-                    )
+                for table in tables
+            )
+            if stray:
+                raise MindflowError(f"a step working on being {being_id} wrote {stray} rows of other beings")
+            # Tables the step left as they were are not written again.
+            for table in (t for t in tables if after[t] != before[t]):
                 con.execute(f"DELETE FROM {table} WHERE being_id = ?", [being_id])
                 report.rows_in += con.execute(
                     f"INSERT INTO {table} BY NAME SELECT * FROM checkout.{table}"

@@ -114,9 +114,9 @@ class Settings(BaseSettings):
         ge=1,
         le=256,
         description="Runs that may write the relational stores at once (pool `duckdb`'s limit). Above 1, "
-        "the steps of one being (extraction, patrol, form) work on a checkout of that being's rows and "
-        "merge it back when they finish; a checkout whose being changed meanwhile is retried "
-        "(mindflow/checkout.py).",
+        "the steps of one being (extraction, patrol, form, narrative) work on a checkout of that "
+        "being's rows and merge it back when they finish; a checkout whose being changed meanwhile "
+        "is retried (mindflow/checkout.py).",
     )
     failure_webhook_url: str | None = Field(
         default=None,

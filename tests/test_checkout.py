@@ -139,3 +139,18 @@ def test_one_writer_keeps_every_being_on_the_store(stores, monkeypatch, home):
     monkeypatch.delenv("MINDFLOW_DUCKDB_WRITERS", raising=False)
     groups = list(DuckDBResource(home=str(home)).beings(["ada", "bram"]))
     assert [g for g, _ in groups] == [["ada", "bram"]]
+
+
+def test_a_step_that_only_read_the_being_adds_its_audit_rows_whatever_changed_meanwhile(stores):
+    path, folder = stores
+    with checkout.checkout(path, folder, "ada") as con:
+        assert con.execute("SELECT count(*) FROM episodes").fetchone()[0] == 1  # a narration reads
+        con.execute(
+            "INSERT INTO audit_log VALUES ('a-2', now()::TIMESTAMP, 'UPDATE', 'STORY.md', 'narrative', "
+            "NULL, 'ada', NULL)"
+        )
+        with store.connect(path) as live:
+            _episode(live, "ada", "ada-9", "ada's newer episode")
+    assert _texts(path, "ada") == ["ada wrote the first line", "ada's newer episode"]
+    with store.connect(path, read_only=True) as con:
+        assert con.execute("SELECT audit_id FROM audit_log").fetchall() == [("a-2",)]
