@@ -43,6 +43,7 @@ from mindflow import store
 from mindflow.errors import MindflowError
 from mindflow.inbox import validate_being_id
 
+PARTIAL = ".partial"
 # Read by the steps, never written by them: copied whole, not merged back.
 READ_ONLY = ("integrity",)
 # Rows of all beings that a step only ever adds.
@@ -92,6 +93,12 @@ def fingerprint(
     return out
 
 
+def _files(work: Path) -> list[Path]:
+    """Every file of the checkout `work`: the copy being made, the checkout, their WALs."""
+    partial = work.with_name(work.name + PARTIAL)
+    return [f.with_name(f.name + wal) for f in (partial, work) for wal in ("", ".wal")]
+
+
 def _sweep(folder: Path) -> None:
     """Remove checkouts whose process is gone (their lock is free)."""
     for lock_path in folder.glob("*.lock"):
@@ -101,8 +108,7 @@ def _sweep(folder: Path) -> None:
         except Timeout:
             continue  # a live run's
         try:
-            base = lock_path.with_suffix("")
-            for leftover in (base, base.with_name(base.name + ".wal")):
+            for leftover in _files(lock_path.with_suffix("")):
                 leftover.unlink(missing_ok=True)
         finally:
             lock.release()
@@ -128,12 +134,15 @@ def checkout(
     own = FileLock(str(work) + ".lock")
     own.acquire()
     try:
-        with duckdb.connect(str(work)) as con:
+        # Made under another name and renamed once it holds the rows: a `<being>-*.duckdb` file in
+        # the folder is a checkout in use.
+        partial = work.with_name(work.name + PARTIAL)
+        with duckdb.connect(str(partial)) as con:
             store.migrate(con, pin=False)
         began = time.monotonic()
         with store.connect(path, lock_timeout_s=lock_timeout_s) as con:
             tables = being_tables(con)
-            con.execute(f"ATTACH '{work}' AS checkout")
+            con.execute(f"ATTACH '{partial}' AS checkout")
             try:
                 for table in tables:
                     report.rows_out += con.execute(
@@ -143,9 +152,13 @@ def checkout(
                 for table in READ_ONLY:
                     con.execute(f"INSERT INTO checkout.{table} BY NAME SELECT * FROM {table}")
                 before = fingerprint(con, tables, being_id)
+                con.execute(
+                    "CHECKPOINT checkout"
+                )  # the rows in the file itself, not in a WAL, before the rename
             finally:
                 con.execute("DETACH checkout")
         report.locked_s += time.monotonic() - began
+        partial.rename(work)
         con = duckdb.connect(str(work))
         try:
             yield con
@@ -156,7 +169,7 @@ def checkout(
             _commit(con, work, tables, being_id, before, report)
         report.locked_s += time.monotonic() - began
     finally:
-        for leftover in (work, work.with_name(work.name + ".wal")):
+        for leftover in _files(work):
             leftover.unlink(missing_ok=True)
         own.release()
         Path(own.lock_file).unlink(missing_ok=True)

@@ -154,3 +154,58 @@ def test_a_step_that_only_read_the_being_adds_its_audit_rows_whatever_changed_me
     assert _texts(path, "ada") == ["ada wrote the first line", "ada's newer episode"]
     with store.connect(path, read_only=True) as con:
         assert con.execute("SELECT audit_id FROM audit_log").fetchall() == [("a-2",)]
+
+
+def test_a_patrol_whose_being_gets_an_episode_mid_step_retries_the_step_and_loses_nothing(
+    settings, sample_inbox, monkeypatch
+):
+    """A real conflict in a real run: while `nodes` embeds ada's scenes on its checkout, an episode
+    of ada lands in the store; the step's merge finds ada changed, Dagster runs the step again on a
+    new checkout, and the run succeeds with both the patrol's nodes and the new episode kept."""
+    import threading
+
+    from mindflow.runner import run_job
+
+    assert all(s.success for s in run_job(settings, "ingest"))
+    monkeypatch.setenv("MINDFLOW_DUCKDB_WRITERS", "2")
+    from mindflow.config import load_settings
+
+    settings = load_settings()
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def land_an_episode_during_nodes():
+        # Checkouts are named <being>-<id>.duckdb; the second one of the run is `nodes`'.
+        while not stop.is_set():
+            for path in settings.checkouts.glob("ada-*.duckdb"):
+                if path.name not in seen:
+                    seen.append(path.name)
+                    if len(seen) == 2:
+                        with store.connect(settings.duckdb_path) as con:
+                            _episode(con, "ada", "ada-landed", "landed while the patrol ran")
+                        return
+            stop.wait(0.002)
+
+    watcher = threading.Thread(target=land_an_episode_during_nodes)
+    watcher.start()
+    try:
+        [summary] = run_job(settings, "patrol", being="ada")
+    finally:
+        stop.set()
+        watcher.join()
+    assert summary.success
+    with dg.DagsterInstance.get() as instance:
+        retried = instance.get_records_for_run(
+            summary.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY
+        ).records
+    assert [r.event_log_entry.step_key for r in retried] == ["nodes"]
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        episodes, nodes = con.execute(
+            "SELECT (SELECT count(*) FROM episodes WHERE being_id = 'ada'), "
+            "(SELECT count(*) FROM nodes WHERE being_id = 'ada')"
+        ).fetchone()
+        landed = con.execute("SELECT count(*) FROM episodes WHERE episode_id = 'ada-landed'").fetchone()[0]
+    assert landed == 1 and nodes == episodes - 1  # its scene comes with the next patrol
+    assert all(s.success for s in run_job(settings, "patrol", being="ada"))
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM nodes WHERE being_id = 'ada'").fetchone()[0] == episodes
