@@ -99,6 +99,10 @@ def _files(work: Path) -> list[Path]:
     return [f.with_name(f.name + wal) for f in (partial, work) for wal in ("", ".wal")]
 
 
+def _literal(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
 def _sweep(folder: Path) -> None:
     """Remove checkouts whose process is gone (their lock is free)."""
     for lock_path in folder.glob("*.lock"):
@@ -142,7 +146,7 @@ def checkout(
         began = time.monotonic()
         with store.connect(path, lock_timeout_s=lock_timeout_s) as con:
             tables = being_tables(con)
-            con.execute(f"ATTACH '{partial}' AS checkout")
+            con.execute(f"ATTACH {_literal(partial)} AS checkout")
             try:
                 for table in tables:
                     report.rows_out += con.execute(
@@ -152,9 +156,8 @@ def checkout(
                 for table in READ_ONLY:
                     con.execute(f"INSERT INTO checkout.{table} BY NAME SELECT * FROM {table}")
                 before = fingerprint(con, tables, being_id)
-                con.execute(
-                    "CHECKPOINT checkout"
-                )  # the rows in the file itself, not in a WAL, before the rename
+                # The rows in the file itself, not in a WAL beside it, before the file is renamed.
+                con.execute("CHECKPOINT checkout")
             finally:
                 con.execute("DETACH checkout")
         report.locked_s += time.monotonic() - began
@@ -178,7 +181,7 @@ def checkout(
 def _commit(
     con: duckdb.DuckDBPyConnection, work: Path, tables: list[str], being_id: str, before: dict, report
 ) -> None:
-    con.execute(f"ATTACH '{work}' AS checkout (READ_ONLY)")
+    con.execute(f"ATTACH {_literal(work)} AS checkout (READ_ONLY)")
     try:
         con.execute("BEGIN TRANSACTION")
         try:
@@ -190,7 +193,7 @@ def _commit(
                 changed = sorted(t for t in tables if now[t] != before[t])
                 raise CommitConflict(
                     f"the rows of being {being_id} changed in {', '.join(changed)} while this run worked "
-                    "on them; nothing was written, the step runs again on the new rows"
+                    "on them; nothing was written: run the step again on the new rows"
                 )
             stray = sum(
                 con.execute(
