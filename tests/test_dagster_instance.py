@@ -79,3 +79,15 @@ def test_jobs_in_one_process_share_their_homes_instance(tmp_path, monkeypatch, s
     config.write_text(config.read_text() + "# edited\n")
     run_job(load_settings(), "decay", partition="2026-10-13")
     assert runner._INSTANCE[0][1] is not other_instance
+
+
+def test_the_pool_limit_follows_the_number_of_writers_and_back(home, monkeypatch):
+    config = home / "dagster" / "dagster.yaml"
+    monkeypatch.setenv("MINDFLOW_DUCKDB_WRITERS", "3")
+    runner.prepare_instance(load_settings())
+    assert "    default_limit: 3\n" in config.read_text()
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_concurrency_config().pool_config.default_pool_limit == 3
+    monkeypatch.delenv("MINDFLOW_DUCKDB_WRITERS")
+    runner.prepare_instance(load_settings())
+    assert config.read_text() == runner.DAGSTER_YAML
