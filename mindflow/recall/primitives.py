@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -187,8 +188,15 @@ def fts_terms(text: str) -> list[str]:
 
 
 def term_counts(texts: list[str]) -> list[Counter]:
-    """Each text's words as the full-text index counts them (what `bm25` scores)."""
-    return [Counter(fts_terms(t)) for t in texts]
+    """Each text's words as the full-text index counts them (what `bm25` scores); read-only."""
+    return [_term_counts(t or "") for t in texts]
+
+
+@functools.lru_cache(maxsize=65_536)
+def _term_counts(text: str) -> Counter:
+    # The levers count the words of the same popular memories again and again: each text is
+    # split once while it stays among the recently counted (the Counters are shared, never changed).
+    return Counter(fts_terms(text))
 
 
 def bm25(query: str, docs: list[Counter], corpus: int, published_hits: int = 0) -> np.ndarray:

@@ -83,6 +83,9 @@ def recall(
         source = FreshRetrieval(source, fresh, corpus, fresh_terms)
     limit, vector_limit = max(config.candidates, 2 * k), max(config.vector_candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
+    if config.prf_terms > 0 or (config.rescore_weight > 0 and config.rescore_top > 0):
+        # Those levers read the candidates' texts: carried with them, not read again by ref.
+        slim = [*slim, "text"]
     by_vector = by_text = None
     if config.text_weight > 0:
         by_text = _RETRIEVERS.submit(source.text, query, limit, slim)
@@ -130,9 +133,8 @@ def recall(
 
     refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
     decay, recency = weighting(pool)
-    read: dict[str, dict] = {}  # full rows read on the way, for the memories returned
     if config.prf_terms > 0 and config.text_weight > 0:
-        _feedback(source, query, pool, fused * decay * recency, config, expanded, read)
+        _feedback(query, pool, fused * decay * recency, config, expanded)
         if expanded:
             refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
     context = np.zeros(len(refs))
@@ -156,13 +158,13 @@ def recall(
     fused, decay, recency = fused[keep] + context[keep], decay[keep], recency[keep]
     final = fused * decay * recency
     if config.rescore_weight > 0 and config.rescore_top > 0:
-        final = _rescored(source, query, [refs[i] for i in keep], final, config, read)
+        texts = _pool_texts(pool)
+        final = _rescored(query, [texts[i] for i in keep], final, config)
     chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], k, config.mmr_lambda)]
     position = {int(i): j for j, i in enumerate(keep)}
     # The context windows were read whole and hold nearly every memory chosen;
     # read the rest by ref.
     by_ref = {row["memory_ref"]: row for row in _rows(_of_refs(around, [refs[i] for i in chosen]))}
-    by_ref.update(read)
     missing = [refs[i] for i in chosen if refs[i] not in by_ref]
     if missing:
         by_ref.update((row["memory_ref"], row) for row in _rows(source.by_ref(missing)))
@@ -236,21 +238,15 @@ def _with_context(
     return pool, context, support, scored, around
 
 
-def _texts(source, refs: list[str], read: dict[str, dict] | None = None) -> list[str]:
-    """The texts of these memories, in the order given ('' for one deleted since)."""
-    rows = dict(read or {})
-    missing = [r for r in refs if r not in rows]
-    rows.update((row["memory_ref"], row) for row in _rows(source.by_ref(missing) if missing else None))
-    if read is not None:
-        read.update(rows)
-    return [(rows[r]["text"] or "") if r in rows else "" for r in refs]
+def _pool_texts(pool: pa.Table) -> list[str]:
+    return [t or "" for t in pool.column("text").to_pylist()]
 
 
-def _feedback(source, query: str, pool: pa.Table, weighted: np.ndarray, config, expanded: dict, read: dict):
+def _feedback(query: str, pool: pa.Table, weighted: np.ndarray, config, expanded: dict):
     """Pseudo-relevance feedback: the words the best candidates share, scored by BM25 over the
     candidates' own texts (no second full-text search); the scores go into `expanded` by ref."""
     refs = pool.column("memory_ref").to_pylist()
-    texts = _texts(source, refs, read)
+    texts = _pool_texts(pool)
     best = np.argsort(-weighted, kind="stable")[: config.prf_docs]
     terms = feedback.expansion_terms(query, [texts[i] for i in best], config.prf_terms)
     if terms:
@@ -258,10 +254,11 @@ def _feedback(source, query: str, pool: pa.Table, weighted: np.ndarray, config, 
         expanded.update(zip(refs, scores.tolist(), strict=True))
 
 
-def _rescored(source, query: str, refs: list[str], final: np.ndarray, config, read: dict) -> np.ndarray:
-    """The final scores with `rescore_weight` x `rerank.local_bm25` added to the `rescore_top` best."""
+def _rescored(query: str, texts: list[str], final: np.ndarray, config) -> np.ndarray:
+    """The final scores with `rescore_weight` x `rerank.local_bm25` added to the `rescore_top` best
+    (`texts` in the order of `final`)."""
     top = np.argsort(-final, kind="stable")[: config.rescore_top]
-    local = rerank.local_bm25(query, _texts(source, [refs[i] for i in top], read))
+    local = rerank.local_bm25(query, [texts[i] for i in top])
     final = final.copy()
     final[top] += config.rescore_weight * local * (final[top].max() if len(top) else 0.0)
     return final
