@@ -14,10 +14,10 @@ steps that touch one being only (extraction, patrol, form, narrative) work on a 
    still have the fingerprint of step 1, the tables the step changed are replaced by the
    checkout's, and the checkout's new embedding-cache and audit rows are added (a step that
    changed none of the being's rows, such as a narration, only adds those). If anything changed them
-   meanwhile (an ingest of the being's episodes, a forget, another run of the same being),
-   nothing is written and `CommitConflict` is raised: the step runs again on a new
-   checkout (the assets ask Dagster for a retry), so nothing is lost and nothing stale
-   overwrites a newer row.
+   meanwhile (an ingest of the being's episodes, a forget, another run of the same being;
+   not the publishers' own bookkeeping, `PUBLISHED`), nothing is written and `CommitConflict`
+   is raised: the step runs again on a new checkout (the assets ask Dagster for a retry), so
+   nothing is lost and nothing stale overwrites a newer row.
 
 Files a step writes (the workspace, the audit log's lines) are not part of the checkout: an
 attempt that conflicts leaves the audit lines of its run, and the retry writes its own.
@@ -46,6 +46,10 @@ from mindflow.inbox import validate_being_id
 PARTIAL = ".partial"
 # Read by the steps, never written by them: copied whole, not merged back.
 READ_ONLY = ("integrity",)
+# What the publishing steps (`memories`, `facts_graph`, spanning every being) record of what they
+# published: written by them on the store while checkouts are out, never by a step of one being,
+# so a change there is no conflict (and a checkout that changed one is refused).
+PUBLISHED = ("published_graph", "published_history", "published_memories")
 # Rows of all beings that a step only ever adds.
 ADDED = {"embedding_cache": ("model", "text_sha256"), "audit_log": ("audit_id",)}
 
@@ -186,11 +190,15 @@ def _commit(
         con.execute("BEGIN TRANSACTION")
         try:
             after = fingerprint(con, tables, being_id, catalog="checkout")
+            wrote = [t for t in PUBLISHED if t in after and after[t] != before[t]]
+            if wrote:
+                raise MindflowError(f"a step working on being {being_id} changed {', '.join(wrote)}")
+            watched = [t for t in tables if t not in PUBLISHED]
             # A step that changed none of the being's rows (it only read them, or added audit and
             # cache rows) overwrites nothing, so what changed in the store meanwhile is no conflict.
-            now = fingerprint(con, tables, being_id) if after != before else before
-            if now != before:
-                changed = sorted(t for t in tables if now[t] != before[t])
+            now = fingerprint(con, watched, being_id) if after != before else {}
+            changed = sorted(t for t in now if now[t] != before[t])
+            if changed:
                 raise CommitConflict(
                     f"the rows of being {being_id} changed in {', '.join(changed)} while this run worked "
                     "on them; nothing was written: run the step again on the new rows"

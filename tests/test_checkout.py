@@ -209,3 +209,16 @@ def test_a_patrol_whose_being_gets_an_episode_mid_step_retries_the_step_and_lose
     assert all(s.success for s in run_job(settings, "patrol", being="ada"))
     with store.connect(settings.duckdb_path, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM nodes WHERE being_id = 'ada'").fetchone()[0] == episodes
+
+
+def test_a_publish_of_the_being_meanwhile_is_no_conflict(stores):
+    """`memories` (another run's, spanning every being) records what it published while ada's step
+    works: that bookkeeping is not ada's step's to overwrite, and no reason to run it again."""
+    path, folder = stores
+    with checkout.checkout(path, folder, "ada") as con:
+        con.execute("UPDATE episodes SET text = 'ada changed it' WHERE episode_id = 'ada-1'")
+        with store.connect(path) as live:
+            live.execute("INSERT INTO published_memories VALUES ('n-1', 'ada', 'h1', now()::TIMESTAMP)")
+    assert _texts(path, "ada") == ["ada changed it"]
+    with store.connect(path, read_only=True) as con:
+        assert con.execute("SELECT memory_ref FROM published_memories").fetchall() == [("n-1",)]
