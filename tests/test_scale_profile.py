@@ -1,7 +1,7 @@
 """The scale profile on real servers on 127.0.0.1: the Dagster instance in PostgreSQL (the OS package's
 initdb + pg_ctl) and the LanceDB tables in moto's S3 server, started once for the module by
 mindflow.scale, as `make demo-scale` does. The relational stores stay one DuckDB file (DuckLake cannot
-carry them: README, Running at scale), so runs that write it queue on pool `duckdb`."""
+carry them: README, Running at scale), written by 4 runs at once, each being's steps on a checkout."""
 
 from __future__ import annotations
 
