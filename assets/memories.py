@@ -38,7 +38,7 @@ def memories(
     filters out the archived), and `memory_history`: every change of every memory."""
     db = lancedb.connect()
     with duckdb.connect() as con:
-        report = publish(con, db)
+        report = publish(con, db, fact_keys=duckdb.settings().recall_fact_keys)
         wanted = {r[0] for r in con.execute(desired_refs_sql()).fetchall()}
         per_being = dict(
             con.execute(

@@ -64,6 +64,24 @@ def fresh_db(folder: Path, name: str, rows):
         yield con
 
 
+def publish_costs(con, folder: Path) -> dict[str, tuple[float, int, int]]:
+    """Seconds, memories and memories holding fact keys, for a publish without and with the keys."""
+    from mindflow import lance, memories
+
+    out = {}
+    for label, fact_keys in (("text alone", False), ("text + the memory's facts", True)):
+        db = lance.connect(folder / f"lance-keys-{fact_keys}")
+        con.execute("DELETE FROM published_memories")
+        t0 = time.perf_counter()
+        report = memories.publish(con, db, fact_keys=fact_keys)
+        seconds = time.perf_counter() - t0
+        rows = db.open_table(memories.TABLE).to_arrow()
+        texts = zip(rows["search_text"].to_pylist(), rows["text"].to_pylist(), strict=True)
+        with_keys = sum(s != t for s, t in texts)
+        out[label] = (seconds, report.upserted, with_keys)
+    return out
+
+
 def main() -> int:
     import openai  # noqa: F401  (the SDK's one-time import, ~1.5 s, is not per-episode work)
     from llm_server import LLMServer, fake_model
@@ -128,6 +146,8 @@ def main() -> int:
             t0 = time.perf_counter()
             reports = patrol.run_patrol(con, BEING, embedder, llm=llm, extraction_llm=ext, settings=settings)
             elapsed = time.perf_counter() - t0
+            if with_llm:
+                keys = publish_costs(con, folder)
         calls = (llm.usage.calls + ext.usage.calls) if with_llm else 0
         print(f"{label:<44}{elapsed * per_k:>16.3f}{calls:>8}")
         if with_llm:
@@ -136,6 +156,12 @@ def main() -> int:
     print(
         "\n(the whole patrol is dominated by embedding node texts; the LLM path embeds fewer, merged scenes)"
     )
+    # 3. Facts as full-text keys of their memories (mindflow/recall/keys.py): the publish of the
+    # LLM patrol's memories with and without them, each into an empty LanceDB folder.
+    header = f"{'publish of the memories (fact keys)':<44}{'s / 1k episodes':>16}{'memories':>10}"
+    print(f"\n{header}{'with keys':>11}")
+    for label, (seconds, memories, with_keys) in keys.items():
+        print(f"{label:<44}{seconds * per_k:>16.3f}{memories:>10}{with_keys:>11}")
     server.close()
     return 0
 

@@ -183,6 +183,11 @@ class Settings(BaseSettings):
     recall_rescore_weight: float | None = Field(
         default=None, ge=0, description="Re-score of the top 30 by their own BM25: its weight (0: off)."
     )
+    recall_fact_keys: bool = Field(
+        default=True,
+        description="Publish each memory's current facts (from an extraction model) as full-text keys of "
+        "it beside its text (mindflow/recall/keys.py); without a model there are none.",
+    )
 
     fact_cool_days: int = Field(
         default=30,

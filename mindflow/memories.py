@@ -44,9 +44,9 @@ VECTOR_INDEX_MIN_ROWS = 50_000
 # rounded so that its daily drift does not rewrite every row; the hash covers everything
 # published except the vector (which follows from the text).
 _DESIRED_SQL = """
-    WITH m AS (
+    WITH fact_keys AS ({fact_keys}), m AS (
         SELECT n.node_id AS memory_ref, n.being_id, n.kind,
-               n.scene.action AS text, n.feeling, n.themes,
+               n.scene.action AS text, {search_text} AS search_text, n.feeling, n.themes,
                CASE WHEN n.status = 'archived' OR d.status = 'archived' THEN 'archived'
                     WHEN n.status = 'dead' THEN 'dead' WHEN d.status = 'dormant' THEN 'dormant'
                     ELSE n.status END AS status,
@@ -60,16 +60,29 @@ _DESIRED_SQL = """
                coalesce(d.status, 'active') AS decay_status,
                n.created_at, n.last_activated, n.reactivation_count
         FROM nodes n LEFT JOIN decay_scores d ON d.memory_ref = n.node_id
+        LEFT JOIN fact_keys k ON k.node_id = n.node_id
     )
     SELECT *, md5(to_json(m)::VARCHAR) AS row_hash FROM m
 """
 # What `_to_lance` writes; a table with other columns was written by an earlier version.
 COLUMNS = (
-    "memory_ref", "being_id", "kind", "text", "feeling", "themes", "status", "importance", "ts",
-    "cluster_id", "source_episode_ids", "pinned", "trigger", "when_dates", "when_actions", "actors",
+    "memory_ref", "being_id", "kind", "text", "search_text", "feeling", "themes", "status", "importance",
+    "ts", "cluster_id", "source_episode_ids", "pinned", "trigger", "when_dates", "when_actions", "actors",
     "setting", "dialogue", "sensory", "decay_score", "decay_status", "created_at", "last_activated",
     "reactivation_count", "vector",
 )  # fmt: skip
+# The column the full-text index covers: the text, then the memory's facts (mindflow/recall/keys.py).
+FULLTEXT_COLUMN = "search_text"
+
+
+def desired_sql(fact_keys: bool = True) -> str:
+    """Every memory as it should be published, with its row hash."""
+    from mindflow.recall import keys
+
+    return _DESIRED_SQL.format(
+        fact_keys=keys.fact_keys_sql(),
+        search_text=keys.search_text_sql("n.scene.action", "k.keys", fact_keys),
+    )
 
 
 @dataclass
@@ -93,9 +106,11 @@ def ensure_indexes(table, vector_min_rows: int = VECTOR_INDEX_MIN_ROWS) -> list[
 
     have = {column for index in table.list_indices() for column in index.columns}
     built = []
-    if "text" not in have:
-        table.create_index("text", config=FTS(), replace=True)
-        built.append("text")
+    # A table without `search_text` (written by hand, or before facts were keys) indexes its text.
+    document = FULLTEXT_COLUMN if FULLTEXT_COLUMN in table.schema.names else "text"
+    if document not in have:
+        table.create_index(document, config=FTS(), replace=True)
+        built.append(document)
     built += lance.ensure_scalar_indexes(table, SCALAR_INDEXES)
     rows = table.count_rows()
     if "vector" not in have and rows >= vector_min_rows:
@@ -108,7 +123,7 @@ def ensure_indexes(table, vector_min_rows: int = VECTOR_INDEX_MIN_ROWS) -> list[
 
 
 def desired_refs_sql() -> str:
-    return f"SELECT memory_ref, being_id FROM ({_DESIRED_SQL})"
+    return f"SELECT memory_ref, being_id FROM ({desired_sql()})"
 
 
 def open_current(con: duckdb.DuckDBPyConnection, db):
@@ -125,12 +140,15 @@ def open_current(con: duckdb.DuckDBPyConnection, db):
     return None, True
 
 
-def publish(con: duckdb.DuckDBPyConnection, db, now: datetime | None = None) -> PublishReport:
-    """Bring LanceDB `memories` and `memory_history` in line with DuckDB, writing only what changed."""
+def publish(
+    con: duckdb.DuckDBPyConnection, db, now: datetime | None = None, fact_keys: bool = True
+) -> PublishReport:
+    """Bring LanceDB `memories` and `memory_history` in line with DuckDB, writing only what changed;
+    with `fact_keys`, each memory's facts are full-text keys of it (mindflow/recall/keys.py)."""
     now = now or utcnow()
     report = PublishReport()
     table, report.rebuilt = open_current(con, db)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE desired_memories AS {_DESIRED_SQL}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE desired_memories AS {desired_sql(fact_keys)}")
     try:
         changed = con.sql(
             """

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from mindflow import lance
 from mindflow.inbox import validate_being_id
-from mindflow.memories import TABLE
+from mindflow.memories import FULLTEXT_COLUMN, TABLE
 from mindflow.recall import fulltext, primitives
 from mindflow.recall.hot_files import HotFiles, IndexArrays
 from mindflow.recall.models import COLUMNS
@@ -122,7 +122,10 @@ def index_arrays(rows: pa.Table) -> IndexArrays:
     # per memory, so the garbage collector never walks 100,000 strings mid-request.
     refs = np.array(rows.column("memory_ref").to_pylist(), dtype=str)
     by_ref = np.argsort(refs, kind="stable")
-    text = fulltext.build(rows.column("text").to_pylist())
+    # The full-text document: the text and the memory's facts (mindflow/recall/keys.py), or the
+    # text alone in a table published before them.
+    document = FULLTEXT_COLUMN if FULLTEXT_COLUMN in rows.column_names else "text"
+    text = fulltext.build(rows.column(document).to_pylist())
     return IndexArrays(
         text_vocabulary=text.vocabulary,
         text_starts=text.starts,
@@ -256,9 +259,12 @@ class BeingIndex:
 
 
 def _recallable(table, being_id: str) -> pa.Table:
-    """The being's recallable rows in `table` (an async snapshot), every column recall reads."""
+    """The being's recallable rows in `table` (an async snapshot), every column recall reads and
+    the full-text document."""
     where = primitives.memory_filter(being_id, statuses=primitives.RECALLABLE)
-    return lance.run_async(table.query().where(where).select(primitives.ALL_COLUMNS).to_arrow())
+    names = lance.run_async(table.schema()).names
+    columns = [*primitives.ALL_COLUMNS, *([FULLTEXT_COLUMN] if FULLTEXT_COLUMN in names else [])]
+    return lance.run_async(table.query().where(where).select(columns).to_arrow())
 
 
 def write_index(lance_path, being_id: str, version: int, stamp: int, root: Path, max_rows: int) -> int:
