@@ -44,7 +44,7 @@ class RecallConfig:
     # answers, which sits a turn or two earlier. Neighbours are read around the
     # `context_top` best candidates. 0 turns it off.
     context_window: int = 2
-    context_weight: float = 0.5
+    context_weight: float = 0.65
     context_gap_minutes: float = 10.0
     context_top: int = 10
     half_life_days: float = 30.0  # recency factor: 0.5 ** (age / half_life) ...
