@@ -1,6 +1,8 @@
 """Asset `memories`: the LanceDB tables of memories (one row per memory, archived ones included) and
 their history."""
 
+from collections import Counter
+
 import dagster as dg
 
 from assets.policies import EXTERNAL_CALLS, NIGHTLY
@@ -39,12 +41,9 @@ def memories(
     db = lancedb.connect()
     with duckdb.connect() as con:
         report = publish(con, db, fact_keys=duckdb.settings().recall_fact_keys)
-        wanted = {r[0] for r in con.execute(desired_refs_sql()).fetchall()}
-        per_being = dict(
-            con.execute(
-                f"SELECT being_id, count(*) FROM ({desired_refs_sql()}) GROUP BY 1 ORDER BY 1"
-            ).fetchall()
-        )
+        refs = con.execute(desired_refs_sql()).fetchall()
+    wanted = {ref for ref, _ in refs}
+    per_being = dict(sorted(Counter(being for _, being in refs).items()))
     table = lance.open_table(db, TABLE)
     counts = lance.count_by(table, "memory_ref", sorted(wanted)) if table is not None else {}
     missing = sum(1 for ref in wanted if counts.get(ref, 0) == 0)

@@ -123,7 +123,9 @@ def ensure_indexes(table, vector_min_rows: int = VECTOR_INDEX_MIN_ROWS) -> list[
 
 
 def desired_refs_sql() -> str:
-    return f"SELECT memory_ref, being_id FROM ({desired_sql()})"
+    """(memory_ref, being_id) of every memory `publish` writes: one per node, without building
+    the rows (their hash and fact keys)."""
+    return "SELECT node_id AS memory_ref, being_id FROM nodes"
 
 
 def open_current(con: duckdb.DuckDBPyConnection, db):

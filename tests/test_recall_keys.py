@@ -60,7 +60,7 @@ def published(home, llm_server):
 
 def _text_hit(settings, ref: str, embedder, hot: bool) -> bool:
     table = open_memories(settings.lance_path)
-    index = None
+    index = indexes = None
     if hot:
         indexes = HotIndexes(settings.lance_path, max_rows=1_000)
         indexes.get(table, "ada")
@@ -72,6 +72,8 @@ def _text_hit(settings, ref: str, embedder, hot: bool) -> bool:
         # No similarity floor: what is measured is the full-text side alone (text_rank).
         config=RecallConfig.for_model(settings.embedding_model, min_similarity=0.0), index=index,
     )  # fmt: skip
+    if indexes is not None:
+        indexes.close()
     parts = {m.memory_ref: m.parts for m in found}
     return ref in parts and parts[ref]["text_rank"] >= 0
 
