@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -209,7 +209,10 @@ def off_domain(table, convs: list[Conversation], config, vectors: np.ndarray) ->
 
 
 # Today's two main knobs, each one step either side of its default.
-TUNED = "today's knobs tuned (text weight -/+0.1, context weight -/+0.15, one at a time)"
+TUNED = (
+    "today's knobs tuned (text weight -/+0.1, context weight -/+0.15, time and speaker weights"
+    " 0 or -/+0.1, time slack 1/7 days; one at a time)"
+)
 
 
 def lever_grids(default) -> tuple[list, dict[str, list]]:
@@ -224,6 +227,15 @@ def lever_grids(default) -> tuple[list, dict[str, list]]:
         *(
             replace(default, context_weight=c)
             for c in (default.context_weight - 0.15, default.context_weight + 0.15)
+        ),
+        *(
+            replace(default, time_weight=w)
+            for w in (0.0, default.time_weight - 0.1, default.time_weight + 0.1)
+        ),
+        *(replace(default, time_slack_days=d) for d in (1.0, 7.0)),
+        *(
+            replace(default, speaker_weight=w)
+            for w in (0.0, default.speaker_weight - 0.1, default.speaker_weight + 0.1)
         ),
     ]
     levers = {
@@ -305,7 +317,7 @@ def leave_one_out_report(table, convs: list[Conversation], default, scores: dict
     tuned = results[TUNED]
 
     def knobs_of(config) -> str:
-        return f"text {config.text_weight:g} / context {config.context_weight:g}"
+        return changed(config, default)
 
     print(
         "knobs chosen per held-out conversation: "
@@ -317,11 +329,28 @@ def leave_one_out_report(table, convs: list[Conversation], default, scores: dict
             else ""
         )
     )
+    for name in levers:
+        result = results[f"+ {name}"]
+        print(
+            f"{name}: chosen per held-out conversation: "
+            + "; ".join(f"{held}: {changed(config, default)}" for held, config in result.chosen.items())
+            + f"; on all five: {changed(result.in_sample_config, default)}"
+        )
     slowest = max(timing.values(), default=0.0)
     print(
         f"{len(seen)} configurations asked once each ({sum(timing.values()):.0f} s beyond the table above;"
         f" slowest {slowest:.0f} s for {sum(len(c.questions) for c in convs)} questions)"
     )
+
+
+def changed(config, default) -> str:
+    """The fields where `config` differs from `default`, or "defaults"."""
+    diff = [
+        f"{f.name}={getattr(config, f.name):g}"
+        for f in fields(config)
+        if getattr(config, f.name) != getattr(default, f.name)
+    ]
+    return " ".join(diff) or "defaults"
 
 
 def row(name: str, values: list[float | None], extra: str = "", width: int = 60) -> str:
@@ -364,12 +393,24 @@ def main() -> int:
     )
 
     default = RecallConfig.for_model(settings.embedding_model)
-    plain = dict(context_window=0, recency_floor=1.0, decay_exponent=0.0, mmr_lambda=1.0, min_similarity=-1.0)
+    plain = dict(
+        context_window=0,
+        time_weight=0.0,
+        speaker_weight=0.0,
+        recency_floor=1.0,
+        decay_exponent=0.0,
+        mmr_lambda=1.0,
+        min_similarity=-1.0,
+    )
     methods = {
         "mindflow default (hybrid + context)": default,
         FULL_TEXT: replace(default, vector_weight=0.0, text_weight=1.0),
         VECTOR: replace(default, vector_weight=1.0, text_weight=0.0),
         "default without context (context_window=0)": replace(default, context_window=0),
+        "default without the time the query names (time_weight=0)": replace(default, time_weight=0.0),
+        "default without the speaker the query names (speaker_weight=0)": replace(
+            default, speaker_weight=0.0
+        ),
         "previous default (RRF 0.7/0.3 k=60, recency floor 0.5)": replace(
             default,
             fusion="rrf",
@@ -378,6 +419,8 @@ def main() -> int:
             candidates=50,
             vector_candidates=50,
             context_window=0,
+            time_weight=0.0,
+            speaker_weight=0.0,
             recency_floor=0.5,
             min_similarity=0.15,
         ),

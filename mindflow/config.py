@@ -168,6 +168,22 @@ class Settings(BaseSettings):
     recall_half_life_days: float | None = Field(
         default=None, gt=0, description="Days after which the recency boost halves (default 30)."
     )
+    recall_time_weight: float | None = Field(
+        default=None,
+        ge=0,
+        description="Lift of the memories written in the time a query names ('in May 2022', 'last week'; "
+        "default 0.2, 0: off).",
+    )
+    recall_time_slack_days: float | None = Field(
+        default=None,
+        ge=0,
+        description="Days either side of the time a query names that still count (default 3).",
+    )
+    recall_speaker_weight: float | None = Field(
+        default=None,
+        ge=0,
+        description="Lift of the memories of a speaker the query names (default 0.2, 0: off).",
+    )
     # The ranking levers of mindflow/recall/config.py, off by default (README, "Recall quality").
     recall_prf_terms: int | None = Field(
         default=None,
@@ -221,6 +237,9 @@ class Settings(BaseSettings):
             "text_weight": self.recall_text_weight,
             "recency_floor": self.recall_recency_floor,
             "half_life_days": self.recall_half_life_days,
+            "time_weight": self.recall_time_weight,
+            "time_slack_days": self.recall_time_slack_days,
+            "speaker_weight": self.recall_speaker_weight,
             "prf_terms": self.recall_prf_terms,
             "prf_weight": self.recall_prf_weight,
             "session_weight": self.recall_session_weight,

@@ -14,12 +14,12 @@ from mindflow import lance
 from mindflow.inbox import ingest
 from mindflow.memories import publish
 from mindflow.patrol import run_patrol
-from mindflow.recall import BeingIndex, RecallConfig, open_memories, primitives, recall, rerank
+from mindflow.recall import BeingIndex, RecallConfig, open_memories, primitives, recall, rerank, speakers
 from mindflow.recall.feedback import expansion_terms
 
 T0 = datetime(2026, 10, 1, 9, 0)
-BASE = RecallConfig(min_similarity=0.0)
-# Two sessions a week apart, turns 30 s apart within each.
+BASE = RecallConfig(min_similarity=0.0, time_weight=0.0, speaker_weight=0.0)
+# Two sessions a week apart, turns 30 s apart within each, Lena and Tom taking turns.
 TURNS = [
     ("s1a", "We adopted a puppy from the shelter, his name is Biscuit.", 0, 0),
     ("s1b", "Biscuit chewed the sofa cushions on his first night.", 0, 1),
@@ -28,6 +28,14 @@ TURNS = [
     ("s2b", "Finance wants the travel costs split by team.", 7, 1),
     ("s2c", "A new laptop for the intern is in the budget.", 7, 2),
 ]
+SPEAKER = {
+    "s1a": "Lena",
+    "s1b": "Tom Berg",
+    "s1c": "Lena",
+    "s2a": "Tom Berg",
+    "s2b": "Lena",
+    "s2c": "Tom Berg",
+}
 
 
 @pytest.fixture
@@ -38,7 +46,7 @@ def table(settings, con, embedder):
         {
             "id": i,
             "ts": (T0 + timedelta(days=d, seconds=30 * n)).isoformat() + "Z",
-            "speaker": "Lena",
+            "speaker": SPEAKER[i],
             "role": "user",
             "text": t,
         }
@@ -67,9 +75,10 @@ def ask(table, embedder, query, config):
     return {m.source_episode_ids[0]: m for m in found}
 
 
-def test_levers_are_off_by_default():
+def test_levers_are_off_by_default_but_time_and_speaker():
     config = RecallConfig()
     assert (config.prf_terms, config.session_weight, config.rescore_weight) == (0, 0.0, 0.0)
+    assert (config.time_weight, config.speaker_weight) == (0.2, 0.2)  # chosen by leave-one-out
 
 
 def test_feedback_lifts_a_memory_sharing_the_best_results_words(table, embedder):
@@ -97,6 +106,61 @@ def test_rescore_reorders_only_by_the_query_words(table, embedder):
     assert next(iter(rescored)) == "s1b"
     assert rescored["s1b"].score > plain["s1b"].score
     assert rescored["s2b"].score == pytest.approx(plain["s2b"].score)
+
+
+def test_time_named_lifts_the_memories_written_then(table, embedder):
+    # Session 2 is on October 8: "on October 8" lifts its turns and leaves session 1's alone.
+    config = replace(BASE, context_window=0, time_weight=0.5, time_slack_days=0)
+    query = "what did we talk about on October 8"
+    plain = ask(table, embedder, query, replace(config, time_weight=0.0))
+    timed = ask(table, embedder, query, config)
+    for ref in ("s2a", "s2b", "s2c"):
+        assert timed[ref].parts["fused"] == pytest.approx(plain[ref].parts["fused"] + 0.5)
+    for ref in ("s1a", "s1b", "s1c"):
+        assert timed[ref].parts["fused"] == pytest.approx(plain[ref].parts["fused"])
+    assert {m for m in list(timed)[:3]} == {"s2a", "s2b", "s2c"}
+    # A week's slack reaches session 1 (October 1) too; a query naming no time is unchanged.
+    wide = ask(table, embedder, query, replace(config, time_slack_days=7))
+    assert wide["s1a"].parts["fused"] == pytest.approx(plain["s1a"].parts["fused"] + 0.5)
+    untimed = ask(table, embedder, "what did we talk about", config)
+    off = ask(table, embedder, "what did we talk about", replace(config, time_weight=0.0))
+    assert {r: m.score for r, m in untimed.items()} == pytest.approx({r: m.score for r, m in off.items()})
+
+
+def test_speaker_named_lifts_that_speakers_memories(table, embedder):
+    config = replace(BASE, context_window=0, speaker_weight=0.5)
+    query = "what did Tom say about the budget"
+    plain = ask(table, embedder, query, replace(config, speaker_weight=0.0))
+    lifted = ask(table, embedder, query, config)
+    for ref, speaker in SPEAKER.items():
+        gain = 0.5 if speaker == "Tom Berg" else 0.0
+        assert lifted[ref].parts["fused"] == pytest.approx(plain[ref].parts["fused"] + gain)
+    assert set(list(lifted)[:3]) == {"s1b", "s2a", "s2c"}
+    # "berg" names him too; a query naming nobody is unchanged.
+    assert ask(table, embedder, "did berg like the puppy", config)["s1b"].parts["fused"] == pytest.approx(
+        ask(table, embedder, "did berg like the puppy", replace(config, speaker_weight=0.0))["s1b"].parts[
+            "fused"
+        ]
+        + 0.5
+    )
+    untimed = ask(table, embedder, "the budget", config)
+    off = ask(table, embedder, "the budget", replace(config, speaker_weight=0.0))
+    assert {r: m.score for r, m in untimed.items()} == pytest.approx({r: m.score for r, m in off.items()})
+
+
+def test_speakers_named_by_hand():
+    actors = [["Lena"], ["Tom Berg"], None, [], ["the user"], ["Lena", "Tom Berg"]]
+    assert speakers.named("What did Tom say?", actors).tolist() == [0, 1, 0, 0, 0, 1]
+    assert speakers.named("what did the user ask", actors).tolist() == [
+        0,
+        0,
+        0,
+        0,
+        1,
+        0,
+    ]  # "the": a stop word
+    assert speakers.named("LÉNA", actors).tolist() == [1, 0, 0, 0, 0, 1]
+    assert speakers.named("", actors).tolist() == [0] * 6
 
 
 def test_expansion_terms_are_shared_words_not_the_querys():

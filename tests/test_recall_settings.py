@@ -50,15 +50,38 @@ def home(tmp_path_factory, embedder):
     return home
 
 
-def _recalled(home, **weights) -> list[str]:
+def _served(home, query: str, **weights) -> list[dict]:
     settings = Settings(home=home, _env_file=None, **weights)
     with (
         BackgroundServer(create_app(settings, tokens={TOKEN: "*"})) as server,
         httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client,
     ):
-        response = client.post("/v1/beings/ada/recall", json={"query": QUERY, "k": 5})
+        response = client.post("/v1/beings/ada/recall", json={"query": query, "k": 5})
     assert response.status_code == 200, response.text
-    return [m["text"] for m in response.json()["memories"]]
+    return response.json()["memories"]
+
+
+def _recalled(home, **weights) -> list[str]:
+    return [m["text"] for m in _served(home, QUERY, **weights)]
+
+
+def test_the_speaker_and_time_levers_come_from_the_settings(home):
+    query = "what did Lena pay on January 5"  # both memories: Lena's, on 2026-01-05
+
+    def parts(**weights) -> dict[str, dict]:
+        return {m["text"]: m["parts"] for m in _served(home, query, **weights)}
+
+    default = parts()
+    assert default[KEYWORD]["speaker"] == pytest.approx(0.2)  # the speaker lever's default
+    unnamed = parts(recall_speaker_weight=0)
+    assert unnamed[KEYWORD]["speaker"] == 0
+    assert default[KEYWORD]["fused"] == pytest.approx(unnamed[KEYWORD]["fused"] + 0.2)
+    # The time lever is on by default (0.2): without it, the fused score of a memory of that day
+    # is lower by 0.2 at least (its neighbour's lift fell too).
+    untimed = parts(recall_time_weight=0)
+    assert untimed[KEYWORD]["speaker"] == pytest.approx(0.2)
+    assert default[KEYWORD]["fused"] - untimed[KEYWORD]["fused"] >= 0.2 - 1e-6
+    assert Settings(_env_file=None, recall_time_slack_days=1).recall_overrides() == {"time_slack_days": 1}
 
 
 def test_the_weights_come_from_the_settings(home):

@@ -111,6 +111,8 @@ def rows(fresh: Iterable[FreshMemory], dim: int) -> pa.Table:
             "ts": pa.array([m.ts for m in memories], pa.timestamp("us")),
             "cluster_id": pa.array([None] * len(memories), pa.string()),
             "source_episode_ids": pa.array([m.source_episode_ids for m in memories], strings),
+            # As patrol's scene has them: the speaker, else the role.
+            "actors": pa.array([[f.episode.speaker or f.episode.role or "unknown"] for f in fresh], strings),
             "pinned": pa.array([False] * len(memories), pa.bool_()),
             "trigger": pa.array([m.trigger for m in memories], pa.string()),
             "decay_score": pa.array([1.0] * len(memories), pa.float32()),

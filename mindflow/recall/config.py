@@ -64,6 +64,16 @@ class RecallConfig:
     # x its session's summed fused score (over the best session's). 0 turns it off.
     session_weight: float = 0.0
     session_gap_minutes: float = 60.0
+    # The time a query names (`timeframe.named_window`: "in May 2022", "on October 6", "last
+    # week"): memories written within it, widened by `time_slack_days` each side, add
+    # `time_weight` to their fused score. A query naming no time is unchanged. 0 turns it off.
+    # Chosen by leave-one-out: every fold picked 0.2 and 3 days among 0.1-0.3 and 3/7 days.
+    time_weight: float = 0.2
+    time_slack_days: float = 3.0
+    # Who the query names (`speakers.named`): memories one of whose actors (the episode's
+    # speaker) the query names add `speaker_weight` to their score, after the context lift.
+    # Chosen by leave-one-out: every fold picked 0.2 among 0.1/0.2/0.3/0.5. 0 turns it off.
+    speaker_weight: float = 0.2
     # A second opinion on the `rescore_top` best: BM25 over their own texts, with the
     # statistics of those texts only (`rerank.local_bm25`), adds `rescore_weight` x it
     # (over its best). 0 turns it off.

@@ -33,7 +33,7 @@ from mindflow.inbox import validate_being_id
 log = logging.getLogger(__name__)
 
 # Bumped when the files' layout or the index's columns change: older folders are then rebuilt.
-FORMAT = 2
+FORMAT = 3
 ARRAYS = (
     "vectors", "ts", "refs", "by_ref", "sorted_refs",
     "text_vocabulary", "text_starts", "text_positions", "text_counts", "text_lengths",

@@ -19,6 +19,7 @@ COLUMNS = [
     "ts",
     "cluster_id",
     "source_episode_ids",
+    "actors",  # who speaks: the speaker lever reads it (mindflow/recall/speakers.py)
     "pinned",
     "trigger",
     "decay_score",

@@ -160,3 +160,10 @@ def local_bm25(query: str, texts: list[str]) -> np.ndarray:
     scores = primitives.bm25(query, primitives.term_counts(texts), len(texts))
     best = scores.max() if len(scores) else 0.0
     return scores / best if best > 0 else scores
+
+
+def within(ts: np.ndarray, start: datetime, end: datetime) -> np.ndarray:
+    """1.0 for each time in [start, end), else 0.0 (unknown times too); `ts` is datetime64 (NaT)."""
+    stamps = np.asarray(ts, dtype="datetime64[us]")
+    inside = (stamps >= np.datetime64(start, "us")) & (stamps < np.datetime64(end, "us"))
+    return inside.astype(np.float64)

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from mindflow import lance
 from mindflow.models import utcnow
-from mindflow.recall import feedback, primitives, rerank
+from mindflow.recall import feedback, primitives, rerank, speakers, timeframe
 from mindflow.recall.config import RecallConfig
 from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import Memory
@@ -86,6 +86,8 @@ def recall(
     if config.prf_terms > 0 or (config.rescore_weight > 0 and config.rescore_top > 0):
         # Those levers read the candidates' texts: carried with them, not read again by ref.
         slim = [*slim, "text"]
+    if config.speaker_weight > 0:
+        slim = [*slim, "actors"]
     by_vector = by_text = None
     if config.text_weight > 0:
         by_text = _RETRIEVERS.submit(source.text, query, limit, slim)
@@ -105,6 +107,10 @@ def recall(
     q = q / max(float(np.linalg.norm(q)), 1e-12)
     weights = [config.vector_weight, config.text_weight]
     expanded: dict[str, float] = {}  # BM25 of the feedback terms, when pseudo-relevance feedback runs
+    now = now or utcnow()
+    window = timeframe.named_window(query, now) if config.time_weight > 0 else None
+    if window is not None:
+        window = window.widened(config.time_slack_days)
 
     def score(rows: pa.Table):
         refs = rows.column("memory_ref").to_pylist()
@@ -122,9 +128,9 @@ def recall(
         if expanded:
             extra = np.array([expanded.get(r, 0.0) for r in refs], dtype=np.float64)
             fused = fused + config.prf_weight * extra / max(max(expanded.values()), 1e-12)
+        if window is not None:
+            fused = fused + config.time_weight * rerank.within(rows.column("ts").to_numpy(), *window.span)
         return refs, vectors, cosine, v_rank, t_rank, bm, fused
-
-    now = now or utcnow()
 
     def weighting(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         decay_scores = rows.column("decay_score").to_numpy(zero_copy_only=False).astype(np.float64)
@@ -155,7 +161,12 @@ def recall(
         ts = pool.column("ts").to_numpy()
         session = rerank.session_score(fused + context, ts, 60.0 * config.session_gap_minutes)
         context = context + config.session_weight * session
-    fused, decay, recency = fused[keep] + context[keep], decay[keep], recency[keep]
+    named = np.zeros(len(refs))
+    if config.speaker_weight > 0:
+        # Added after the context lift: a turn's lift from its neighbour must not carry the
+        # neighbour's speaker, most often the other person of the conversation.
+        named = config.speaker_weight * speakers.named(query, pool.column("actors").to_pylist())
+    fused, decay, recency = fused[keep] + context[keep] + named[keep], decay[keep], recency[keep]
     final = fused * decay * recency
     if config.rescore_weight > 0 and config.rescore_top > 0:
         texts = _pool_texts(pool)
@@ -183,6 +194,7 @@ def recall(
             "vector_rank": int(v_rank[i]),
             "text_rank": int(t_rank[i]),
             "context": float(context[i]),
+            "speaker": float(named[i]),
             "fused": float(fused[j]),
             "decay": float(decay[j]),
             "recency": float(recency[j]),
