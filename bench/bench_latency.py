@@ -410,8 +410,7 @@ def measure(home: Path, label: str, corpus: Corpus, embedder, requests: int = RE
     print(f"\n{label}")
     print(f"  {'':44s} {'p50':>7} {'p95':>7} {'p99':>7}  (ms)")
     print(
-        f"  {'in-process recall() from LanceDB':44s} {percentiles(local['lance'])}"
-        f"   n={len(local['lance'])}"
+        f"  {'in-process recall() from LanceDB':44s} {percentiles(local['lance'])}   n={len(local['lance'])}"
     )
     print(f"  {'query embedding (onnxruntime)':44s} {percentiles(local['embedding'])}")
     print(f"  {'in-process recall() from the hot index':44s} {percentiles(local['hot'])}")

@@ -113,9 +113,10 @@ def main() -> int:
         requests = len(server.requests)
         # The same requests at the defaults: each a whole timeout, each retry after its wait.
         completions = max(0.0, meta["calls"] - meta["retries"])
-        waits = min(meta["retries"], completions) * DEFAULT_RETRY_WAITS_S[0] + max(
-            0.0, meta["retries"] - completions
-        ) * DEFAULT_RETRY_WAITS_S[1]
+        waits = (
+            min(meta["retries"], completions) * DEFAULT_RETRY_WAITS_S[0]
+            + max(0.0, meta["retries"] - completions) * DEFAULT_RETRY_WAITS_S[1]
+        )
         if env is None:
             baseline = baseline or elapsed
         at_defaults = baseline + requests * DEFAULT_TIMEOUT_S + waits

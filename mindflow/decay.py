@@ -64,8 +64,8 @@ def register_nodes(con: duckdb.DuckDBPyConnection, as_of: datetime, params: Deca
         SELECT n.node_id, n.being_id, 'nodes', n.kind,
                CASE WHEN n.trigger = 'remember' THEN 1.0 ELSE n.importance END,
                n.created_at, n.created_at, 1,
-               CASE WHEN n.pinned THEN {TYPE_WEIGHTS['core']} ELSE CASE n.kind {kind_case} ELSE
-                    {TYPE_WEIGHTS['episodic']} END END,
+               CASE WHEN n.pinned THEN {TYPE_WEIGHTS["core"]} ELSE CASE n.kind {kind_case} ELSE
+                    {TYPE_WEIGHTS["episodic"]} END END,
                CASE WHEN n.forgotten_at IS NOT NULL THEN 0 END,
                CASE WHEN n.forgotten_at IS NOT NULL THEN 'archived' ELSE 'active' END, n.pinned,
                CASE WHEN e.format = 'daily-md' AND e.importance IS NOT NULL THEN e.ts END,
@@ -136,9 +136,7 @@ def update_statuses(
     con.execute(f"UPDATE decay_scores SET status = {status} WHERE {changing}", {"as_of": as_of}).fetchall()
 
 
-def compute_scores(
-    con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams | None = None
-) -> int:
+def compute_scores(con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams | None = None) -> int:
     """Recompute score and status of every row formed by `as_of`; no Python per row.
 
     Two statements: every score moves each day while few statuses do, and rewriting a

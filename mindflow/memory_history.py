@@ -111,7 +111,6 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime) -> HistoryReport:
     return report
 
 
-
 def rows_of(table, being_id: str, memory_ref: str) -> list[dict]:
     """The history of one memory of one being, oldest first (a being never sees another's rows)."""
     if table is None:

@@ -73,9 +73,9 @@ def dagster_yaml(writers: int = 1) -> str:
     """The instance configuration mindflow writes, with pool `duckdb`'s limit (MINDFLOW_DUCKDB_WRITERS)."""
     if writers == 1:
         return DAGSTER_YAML
-    return DAGSTER_YAML.replace(
-        "admits one run at a time", f"admits {writers} runs at a time"
-    ).replace("default_limit: 1\n", f"default_limit: {writers}\n")
+    return DAGSTER_YAML.replace("admits one run at a time", f"admits {writers} runs at a time").replace(
+        "default_limit: 1\n", f"default_limit: {writers}\n"
+    )
 
 
 # What earlier versions of mindflow wrote, upgraded in place while nobody has edited it.

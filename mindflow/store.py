@@ -566,6 +566,7 @@ def _pin_precision(con: duckdb.DuckDBPyConnection, precision: str) -> None:
     if not pin.exists():
         atomic_write(pin, f"{precision}\n".encode())
 
+
 # An episode (alias `e`) that no usable scene note covers yet: none, or only [PARSE_FAILED]
 # ones. The patrol gives such episodes mechanical scenes, extraction sends them to a model.
 WITHOUT_SCENE = """NOT EXISTS (

@@ -431,7 +431,9 @@ def test_resonance_block_orders_boosted_then_facts_then_time(http, world):
     # The seed's block: ---, the header, one line per item, ---.
     assert lines[:2] == ["---", HEADER] and lines[-1] == "---" and len(lines) == len(items) + 3
     label = items[0]["label"]
-    assert lines[2].startswith(f"- {label[:1].upper()}{label[1:]}, Remember that the staging database password")
+    assert lines[2].startswith(
+        f"- {label[:1].upper()}{label[1:]}, Remember that the staging database password"
+    )
     assert http.post("/v1/beings/ada/resonance", json={**body, "k": 6}).status_code == 422
 
 

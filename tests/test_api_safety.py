@@ -111,7 +111,9 @@ def test_a_being_without_memories_is_answered_with_empty_lists(tmp_path, embedde
         # ada's episodes are in the inbox and no longer published: the fresh tail serves them.
         answers = read_everything(http, "ada")
         recalled = [
-            m for route in ("recall", "fragments", "horizon", "search") for m in answers[route].json()["memories"]
+            m
+            for route in ("recall", "fragments", "horizon", "search")
+            for m in answers[route].json()["memories"]
         ] + [item["memory"] for item in answers["resonance"].json()["items"]]
         assert recalled and all(m["fresh"] for m in recalled)
         assert answers["cluster"].json()["memories"] == []

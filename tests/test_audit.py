@@ -347,7 +347,14 @@ def test_digest_and_pruning_of_a_fabricated_120_day_log(settings, con):
                 )
             )
             rows.append(
-                AuditRow("MERGE", "table:nodes", "reflection:r-1", "merge n-2 into n-1: 1 changed", "partial", ts=ts)
+                AuditRow(
+                    "MERGE",
+                    "table:nodes",
+                    "reflection:r-1",
+                    "merge n-2 into n-1: 1 changed",
+                    "partial",
+                    ts=ts,
+                )
             )
     audit.log_table_mutations(con, rows, settings)
     # Whole months only: 90 days before Nov 1 is Aug 3, so July (ended Aug 1) is digested, August is not.

@@ -133,7 +133,10 @@ def test_cli_runs_through_the_ui_are_its_own_runs(patrolled, ui):
     assert line.endswith(": ok") and f"run {run_id} started by the Dagster UI" in ran.stderr
     listed = _runs_tab(ui, "patrol")[run_id]
     assert listed["status"] == "SUCCESS"
-    assert listed["repositoryOrigin"] == {"repositoryLocationName": "mindflow", "repositoryName": "__repository__"}
+    assert listed["repositoryOrigin"] == {
+        "repositoryLocationName": "mindflow",
+        "repositoryName": "__repository__",
+    }
 
     # The UI's "Re-execute > All steps" button, over GraphQL.
     again = _graphql(ui, REEXECUTE, params={"parentRunId": run_id, "strategy": "ALL_STEPS"})

@@ -68,7 +68,9 @@ def test_typed_results_for_every_call(server, settings):
         assert top.source_episode_ids == ["a1"] and top.ts == datetime(2026, 3, 2, 9, 0) and top.score > 0
         fragments = memory.recall("ada", "reports", k=2, mode="fragments", session="s", exclude_refs=["nope"])
         assert fragments.memories == [] and fragments.fragments.startswith("<fragments>")
-        assert top.text in fragments.fragments.removeprefix("<fragments>").removesuffix("</fragments>").split(" / ")
+        assert top.text in fragments.fragments.removeprefix("<fragments>").removesuffix("</fragments>").split(
+            " / "
+        )
         block = memory.resonance("ada", "Lena's family", now=datetime(2026, 3, 12, 12, 0))
         assert block.text.startswith("---\n[SUBCONSCIOUS RESONANCE]\n") and block.text.endswith("\n---")
         assert any(i.label == "a few days ago — Mar 9" for i in block.items)

@@ -82,7 +82,10 @@ def ingest_all(con, settings: Settings):
 def test_a_lone_surrogate_is_quarantined_naming_its_field_and_every_being_still_ingests(
     settings, con, fields, where
 ):
-    write(settings.inbox / "ada" / "chat.jsonl", [line(text="before", id="a1"), line(**fields), line(text="after")])
+    write(
+        settings.inbox / "ada" / "chat.jsonl",
+        [line(text="before", id="a1"), line(**fields), line(text="after")],
+    )
     write(settings.inbox / "bram" / "run.jsonl", [line(text="bram ran on the same day", id="b1")])
 
     # Planning the runs (what `mindflow run ingest` and the sensor do first) reads every line.
@@ -136,7 +139,14 @@ def test_a_deeply_nested_line_is_quarantined_where_it_lands_plans_and_ingests(se
         [
             '{"type": "session", "id": "s1", "meta": ' + DEEP + "}",
             json.dumps({"type": "session", "id": "s1"}),
-            json.dumps({"type": "message", "id": "m1", "timestamp": TS, "message": {"role": "user", "content": "hello"}}),
+            json.dumps(
+                {
+                    "type": "message",
+                    "id": "m1",
+                    "timestamp": TS,
+                    "message": {"role": "user", "content": "hello"},
+                }
+            ),
         ],
     )
 
@@ -253,7 +263,9 @@ def test_an_id_reused_with_other_text_is_quarantined_and_an_identical_resend_is_
     assert (report.new, report.quarantined) == (1, 2)
     assert stored(con, "ada") == {"a1": "the first text", "a2": "another", "a3": "new here"}
     reasons = {(r["file"], r["line"]): r["reason"] for r in quarantined(settings.inbox, "ada")}
-    assert reasons[("second.jsonl", 1)] == "id already used with other text: 'a1' is stored from first.jsonl:1"
+    assert (
+        reasons[("second.jsonl", 1)] == "id already used with other text: 'a1' is stored from first.jsonl:1"
+    )
     assert reasons[("third.jsonl", 1)] == "id already used with other text: 'a3' is at second.jsonl:3"
     assert pending_files(settings.inbox) == []
     # A backfill reads the done files again: the quarantined lines stay out, quietly.
@@ -290,7 +302,9 @@ def test_the_text_limit_is_a_setting_and_covers_every_format(home, monkeypatch):
     too_long = "twenty-one characters"
     jsonl = "\n".join([line(text=too_long), line(text="fits")]).encode()
     openclaw = "\n".join(
-        json.dumps({"type": "message", "id": f"m{i}", "timestamp": TS, "message": {"role": "user", "content": t}})
+        json.dumps(
+            {"type": "message", "id": f"m{i}", "timestamp": TS, "message": {"role": "user", "content": t}}
+        )
         for i, t in enumerate([too_long, "fits"])
     ).encode()
     daily = f"- [event] {too_long}\n- [event] fits\n## 10:00 | fact\n{too_long}\n".encode()

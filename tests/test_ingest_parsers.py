@@ -660,7 +660,10 @@ def test_ids_are_deterministic(tmp_path):
 def test_client_id_is_kept_across_beings_but_hash_ids_differ(tmp_path):
     path = write_lines(
         tmp_path / "inbox.jsonl",
-        [{"id": "c-1", "ts": "2026-01-05T09:00:00Z", "text": "a"}, {"ts": "2026-01-05T09:00:00Z", "text": "a"}],
+        [
+            {"id": "c-1", "ts": "2026-01-05T09:00:00Z", "text": "a"},
+            {"ts": "2026-01-05T09:00:00Z", "text": "a"},
+        ],
     )
     mia = parse_file(path, "mia").episodes
     leo = parse_file(path, "leo").episodes
@@ -679,7 +682,9 @@ def test_detect_format_each_case(tmp_path):
     assert detect_format(inbox) == "jsonl"
     # The first *parseable* line decides: garbage and blank lines are passed over.
     header_late = tmp_path / "late.jsonl"
-    header_late.write_bytes(b"\n{oops\n\xff\xfe\n" + json.dumps({"type": "session", "id": "s"}).encode() + b"\n")
+    header_late.write_bytes(
+        b"\n{oops\n\xff\xfe\n" + json.dumps({"type": "session", "id": "s"}).encode() + b"\n"
+    )
     assert detect_format(header_late) == "openclaw"
     msg_only = write_lines(tmp_path / "m.jsonl", [{"message": {"role": "user", "content": "x"}}])
     assert detect_format(msg_only) == "openclaw"
@@ -717,7 +722,9 @@ def test_parse_file_errors_are_mindflow_errors(tmp_path):
 
 def test_explicit_format_overrides_detection(tmp_path):
     # Simple role/content lines are not detected as OpenClaw; naming the format works.
-    path = write_lines(tmp_path / "chat.jsonl", [{"role": "user", "content": "hello", "timestamp": 1767603600}])
+    path = write_lines(
+        tmp_path / "chat.jsonl", [{"role": "user", "content": "hello", "timestamp": 1767603600}]
+    )
     assert detect_format(path) == "jsonl"
     assert reasons(parse_file(path, BEING)) == [(1, "missing text")]
     (ep,) = parse_file(path, BEING, "openclaw").episodes

@@ -144,7 +144,11 @@ def test_a_hung_model_costs_a_patrol_a_bounded_time(home, llm_server):
     journal_meta = materializations(instance, "journal")[-1]
     assert nodes_meta["llm/calls"] == 3 and nodes_meta["llm/breaker_open"] is True
     assert nodes_meta["llm/skipped_calls"] > 0 and nodes_meta["llm/run_seconds"] < 3 * 0.5 + 1
-    assert (journal_meta["llm/calls"], journal_meta["llm/skipped_calls"], journal_meta["written"]) == (0, 4, 0)
+    assert (journal_meta["llm/calls"], journal_meta["llm/skipped_calls"], journal_meta["written"]) == (
+        0,
+        4,
+        0,
+    )
     # Two completions were sent and failed (a timeout and its retry, then the third timeout that
     # opened the breaker); the skipped ones are not counted as rejected answers.
     assert (nodes_meta["rejected_llm_answers"], journal_meta["rejected_llm_answers"]) == (2, 0)

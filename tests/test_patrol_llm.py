@@ -263,8 +263,12 @@ def test_the_journal_takes_this_cycle_only_and_upserts_the_day(con, llm_server, 
     prompt = llm_server.requests[0].prompt_text
     assert "Today's entry so far:\n- Shipped billing today." in prompt
     assert "Called the bank about the loan" in prompt and "Shipped the billing release" not in prompt
-    assert list((settings.workspace / ADA / "diary").iterdir()) == [settings.workspace / ADA / "diary" / "2026-01-06.md"]
-    assert (settings.workspace / ADA / "diary" / "2026-01-06.md").read_text() == "# 2026-01-06\n\nOne.\nTwo.\nThree.\nFour.\n"
+    assert list((settings.workspace / ADA / "diary").iterdir()) == [
+        settings.workspace / ADA / "diary" / "2026-01-06.md"
+    ]
+    assert (
+        settings.workspace / ADA / "diary" / "2026-01-06.md"
+    ).read_text() == "# 2026-01-06\n\nOne.\nTwo.\nThree.\nFour.\n"
 
 
 def test_rejected_diary_writes_no_file(con, llm_server, roots, settings):
@@ -311,7 +315,9 @@ def test_answers_nested_past_the_parsers_limit_are_rejected_and_every_being_is_p
     con.execute("INSERT INTO episodes SELECT *, ?::TIMESTAMP FROM eps", [NOW])
     model = llm()
     for being in beings:
-        steps = {r.step: r for r in patrol.run_patrol(con, being, embedder, now=NOW, llm=model, settings=settings)}
+        steps = {
+            r.step: r for r in patrol.run_patrol(con, being, embedder, now=NOW, llm=model, settings=settings)
+        }
         # Each answer is rejected like any malformed one: the mechanical choices stand.
         assert steps["❶ nodes"].counts["root_rejected"] == 1
         assert "JSON nested too deeply" in steps["❶ nodes"].errors[0]

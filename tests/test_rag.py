@@ -75,7 +75,6 @@ VOYAGES = {
 }
 
 
-
 def _zip_epub(path, files: dict[str, str]):
     """An EPUB container: the stored mimetype, the container pointing at EPUB/content.opf, the files."""
     with zipfile.ZipFile(path, "w") as z:
@@ -90,6 +89,7 @@ def _zip_epub(path, files: dict[str, str]):
         for name, content in files.items():
             z.writestr(name, content)
     return path
+
 
 def make_epub(path: Path, title: str, author: str, chapters: dict[str, str], *, nav: bool = True) -> Path:
     """A minimal valid EPUB 3: container, OPF, a nav document and one XHTML file per chapter."""

@@ -59,7 +59,16 @@ class Served:
         env = {**os.environ, "MINDFLOW_HOME": str(settings.resolved_home), "HF_HUB_OFFLINE": "1"}
         env.pop("MINDFLOW_API_TOKENS", None)
         self.process = subprocess.Popen(
-            [str(MINDFLOW), "serve", "--port", str(self.port), "--log-level", "warning", "--workers", str(workers)],
+            [
+                str(MINDFLOW),
+                "serve",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                "--workers",
+                str(workers),
+            ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -68,7 +77,10 @@ class Served:
         deadline = time.monotonic() + 120
         while True:
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200 and len(self.workers()) == workers:
+                if (
+                    httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+                    and len(self.workers()) == workers
+                ):
                     break
             except httpx.TransportError:
                 pass
@@ -80,7 +92,9 @@ class Served:
     def workers(self) -> list[int]:
         """The worker processes (uvicorn's supervisor also starts a resource tracker: no app)."""
         return [
-            p for p in _children(self.process.pid) if "multiprocessing.spawn" in Path(f"/proc/{p}/cmdline").read_text()
+            p
+            for p in _children(self.process.pid)
+            if "multiprocessing.spawn" in Path(f"/proc/{p}/cmdline").read_text()
         ]
 
     def recall(self, being: str, query: str, k: int = 5) -> tuple[list[str], str]:
@@ -163,7 +177,9 @@ def test_a_publish_and_a_posted_episode_reach_every_worker(two_workers, embedder
     deadline, streak = time.monotonic() + 10, 0
     while streak < 8:
         with httpx.Client(base_url=server.url, timeout=60) as client:
-            found = client.post("/v1/beings/ada/recall", json={"query": "red kayak", "k": 3}).json()["memories"]
+            found = client.post("/v1/beings/ada/recall", json={"query": "red kayak", "k": 3}).json()[
+                "memories"
+            ]
         streak = streak + 1 if any(m["source_episode_ids"] == ["kayak"] for m in found) else 0
         assert time.monotonic() < deadline, "not every worker recalled the posted episode in 10 s"
     # A publish: every worker answers from the new version (and maps its new files).

@@ -177,8 +177,10 @@ def fts_tokens(text: str) -> list[str]:
     """A text's words as the full-text index's simple tokenizer splits them, lower case, ASCII-folded."""
     text = (text or "").lower()
     # Most texts are ASCII: nothing to fold (the per-character pass is most of the cost).
-    folded = text if text.isascii() else "".join(
-        c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)
+    folded = (
+        text
+        if text.isascii()
+        else "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
     )
     return [w for w in _TOKEN.findall(folded) if len(w) <= 40]
 
