@@ -165,7 +165,7 @@ def recall(
     if config.speaker_weight > 0:
         # Added after the context lift: a turn's lift from its neighbour must not carry the
         # neighbour's speaker, most often the other person of the conversation.
-        named = config.speaker_weight * speakers.named(query, pool.column("actors").to_pylist())
+        named = config.speaker_weight * speakers.named(query, pool.column("actors"))
     fused, decay, recency = fused[keep] + context[keep] + named[keep], decay[keep], recency[keep]
     final = fused * decay * recency
     if config.rescore_weight > 0 and config.rescore_top > 0:

@@ -8,24 +8,28 @@ instead. Recall's speaker lever (`RecallConfig.speaker_weight`) lifts those memo
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from mindflow.recall.primitives import fts_terms
 
 
-def named(query: str, actors: list[list[str] | None]) -> np.ndarray:
+def named(query: str, actors: pa.Array | pa.ChunkedArray | list[list[str] | None]) -> np.ndarray:
     """1.0 for each memory one of whose actors the query names (any word of the actor's name,
     as full text analyses words: lower case, ASCII-folded, stop words left out), else 0.0."""
-    words = set(fts_terms(query))
+    if not isinstance(actors, (pa.Array, pa.ChunkedArray)):
+        actors = pa.array(actors, pa.list_(pa.string()))
     out = np.zeros(len(actors), dtype=np.float64)
-    if not words:
+    words = set(fts_terms(query))
+    if not words or len(actors) == 0:
         return out
-    said: dict[str, bool] = {}  # a being's memories share a few names: each is looked at once
-    for i, names in enumerate(actors):
-        for name in names or ():
-            hit = said.get(name)
-            if hit is None:
-                hit = said[name] = any(w in words for w in fts_terms(name))
-            if hit:
-                out[i] = 1.0
-                break
+    if isinstance(actors, pa.ChunkedArray):
+        actors = actors.combine_chunks()
+    # A recall's candidates share a few names: each distinct name is analysed once, and the
+    # rows holding a named one are found by Arrow, not by a Python loop over the rows.
+    flat = pc.list_flatten(actors)
+    said = [name for name in pc.unique(flat).to_pylist() if name and words.intersection(fts_terms(name))]
+    if said:
+        hit = pc.is_in(flat, value_set=pa.array(said, flat.type)).to_numpy(zero_copy_only=False)
+        out[pc.list_parent_indices(actors).to_numpy()[hit]] = 1.0
     return out
