@@ -263,6 +263,14 @@ class Settings(BaseSettings):
         description="Worker processes of `mindflow serve` (default 1). Several share one listening "
         "socket and map the same hot index files (written under cache/hot).",
     )
+    api_recall_threads: int = Field(
+        default=1,
+        ge=1,
+        description="Recalls one server process ranks from its hot index at once (default 1); more "
+        "wait their turn. Such a recall is CPU work under one GIL: threads ranking side by side only "
+        "slow each other down, so throughput comes from --workers. Recalls read from LanceDB are not "
+        "counted.",
+    )
     tail_max_episodes: int = Field(
         default=2_000,
         ge=0,

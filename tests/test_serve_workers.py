@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -265,3 +266,25 @@ def test_a_being_over_the_budget_gets_no_files_and_reads_lancedb(published):
         assert len(roomy.get(table, "ada")) == rows
     finally:
         roomy.close()
+
+
+def test_concurrent_recalls_wait_their_turn_and_answer_as_one_at_a_time(two_workers):
+    # Each worker ranks one recall at a time (MINDFLOW_API_RECALL_THREADS=1): eight clients at
+    # once get what one client alone gets, and resonance, which ranks several queries in a row,
+    # takes its turns without holding one inside another.
+    settings, server = two_workers
+    expected = _expected(settings, "ada", QUERIES)
+    server.until_every_worker_maps("ada")
+    jobs = list(zip(QUERIES, expected, strict=True)) * 6
+
+    def resonate(query: str) -> int:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            answer = client.post("/v1/beings/ada/resonance", json={"query": query})
+        answer.raise_for_status()
+        return len(answer.json()["items"])
+
+    with ThreadPoolExecutor(8) as pool:
+        resonances = [pool.submit(resonate, q) for q in QUERIES]
+        got = list(pool.map(lambda job: server.recall("ada", job[0])[0], jobs))
+        assert all(r.result(timeout=120) >= 0 for r in resonances)
+    assert got == [refs for _, refs in jobs]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -113,7 +114,8 @@ def fact_out(fact: resonance.GraphFact) -> models.FactOut:
 
 
 def memory_out(memory: Memory) -> models.MemoryOut:
-    fields = dataclasses.asdict(memory)
+    # A shallow copy: the model copies the lists itself (`asdict` deep-copied every one first).
+    fields = {f.name: getattr(memory, f.name) for f in dataclasses.fields(memory)}
     # JSON has no NaN or infinity; a degenerate score part must not turn into a 500.
     fields["parts"] = {k: v for k, v in fields["parts"].items() if math.isfinite(v)}
     for name in ("importance", "decay_score", "score"):
@@ -165,6 +167,8 @@ class RecallService:
         self.subconscious = Subconscious(settings)
         self._counts: dict[tuple[str, int | None], int] = {}
         self._served = threading.local()
+        # Recalls ranked from a hot index at once in this process (MINDFLOW_API_RECALL_THREADS).
+        self._ranking = threading.BoundedSemaphore(settings.api_recall_threads)
         self.model_ready = False
 
     def load_model(self) -> None:
@@ -237,22 +241,26 @@ class RecallService:
             for f in view.memories
         ]
         fresh, terms = view.where(keep)
-        found = recall(
-            table,
-            being_id,
-            query,
-            lambda: self.vectors.get(query),
-            k=k,
-            config=self.config,
-            exclude_refs=exclude,
-            since=request.since,
-            until=request.until,
-            now=now,
-            index=index,
-            fresh=fresh if fresh.num_rows else None,
-            corpus=self._corpus(being_id, table, version, index) if fresh.num_rows else 0,
-            fresh_terms=terms,
-        )
+        # From the hot index a recall is CPU work under the GIL: it waits its turn (off the GIL)
+        # rather than taking turns at the GIL with others mid-recall. From LanceDB it mostly waits
+        # on LanceDB's own threads, and runs beside others.
+        with self._ranking if index is not None else contextlib.nullcontext():
+            found = recall(
+                table,
+                being_id,
+                query,
+                lambda: self.vectors.get(query),
+                k=k,
+                config=self.config,
+                exclude_refs=exclude,
+                since=request.since,
+                until=request.until,
+                now=now,
+                index=index,
+                fresh=fresh if fresh.num_rows else None,
+                corpus=self._corpus(being_id, table, version, index) if fresh.num_rows else 0,
+                fresh_terms=terms,
+            )
         return self.apply_marks(being_id, _without_published_twins(found))
 
     def _fresh(self, being_id: str, table, version) -> list[fresh_tail.FreshMemory]:
