@@ -95,7 +95,10 @@ def recency_factor(ts, now: datetime, config: RecallConfig) -> np.ndarray:
     """
     if now.tzinfo is not None:
         now = now.astimezone(UTC).replace(tzinfo=None)  # stored times are naive UTC
-    stamps = np.array([np.datetime64("NaT") if t is None else t for t in ts], dtype="datetime64[us]")
+    if isinstance(ts, np.ndarray) and ts.dtype.kind == "M":
+        stamps = ts.astype("datetime64[us]")  # an Arrow column as numpy: NaT already, no Python loop
+    else:
+        stamps = np.array([np.datetime64("NaT") if t is None else t for t in ts], dtype="datetime64[us]")
     age_days = (np.datetime64(now, "us") - stamps) / np.timedelta64(86400, "s")
     age_days = np.clip(np.nan_to_num(age_days.astype(np.float64), nan=0.0), 0.0, None)
     half = np.power(0.5, age_days / config.half_life_days)
