@@ -393,10 +393,10 @@ def main() -> int:
     )
 
     default = RecallConfig.for_model(settings.embedding_model)
+    # mindflow's lifts (the context, the time and the speaker a query names), off in every baseline
+    no_lifts = dict(context_window=0, time_weight=0.0, speaker_weight=0.0)
     plain = dict(
-        context_window=0,
-        time_weight=0.0,
-        speaker_weight=0.0,
+        **no_lifts,
         recency_floor=1.0,
         decay_exponent=0.0,
         mmr_lambda=1.0,
@@ -418,9 +418,7 @@ def main() -> int:
             text_weight=0.3,
             candidates=50,
             vector_candidates=50,
-            context_window=0,
-            time_weight=0.0,
-            speaker_weight=0.0,
+            **no_lifts,
             recency_floor=0.5,
             min_similarity=0.15,
         ),

@@ -129,7 +129,8 @@ def recall(
             extra = np.array([expanded.get(r, 0.0) for r in refs], dtype=np.float64)
             fused = fused + config.prf_weight * extra / max(max(expanded.values()), 1e-12)
         if window is not None:
-            fused = fused + config.time_weight * rerank.within(rows.column("ts").to_numpy(), *window.span)
+            inside = rerank.within(rows.column("ts").to_numpy(), window.start, window.end)
+            fused = fused + config.time_weight * inside
         return refs, vectors, cosine, v_rank, t_rank, bm, fused
 
     def weighting(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:

@@ -72,10 +72,6 @@ class Window:
     start: datetime
     end: datetime
 
-    @property
-    def span(self) -> tuple[datetime, datetime]:
-        return self.start, self.end
-
     def widened(self, days: float) -> Window:
         return Window(self.start - timedelta(days=days), self.end + timedelta(days=days))
 
@@ -128,7 +124,7 @@ def _span(kind: str, match: re.Match, today: date, the_year: int | None, text: s
         year = year or the_year
 
         def start_of(y: int) -> date:
-            return _month_start(y - 1, 12) if first == 12 else _month_start(y, first)
+            return date(y - 1, 12, 1) if first == 12 else date(y, first, 1)
 
         if year is None:  # "last summer": the latest one that has ended
             year = next(
@@ -156,7 +152,7 @@ def _span(kind: str, match: re.Match, today: date, the_year: int | None, text: s
         year = today.year if month <= today.month else today.year - 1
         if groups.get("last") and month == today.month:
             year -= 1
-    start = _month_start(year, month)
+    start = date(year, month, 1)
     return start, _add_months(start, 1)
 
 
@@ -172,15 +168,11 @@ def _relative(which: str, today: date) -> tuple[date, date]:
         start = monday - timedelta(days=7) if last else monday
         return start, start + timedelta(days=7)
     if unit == "month":
-        start = _month_start(today.year, today.month)
+        start = date(today.year, today.month, 1)
         start = _add_months(start, -1) if last else start
         return start, _add_months(start, 1)
     year = today.year - 1 if last else today.year
     return date(year, 1, 1), date(year + 1, 1, 1)
-
-
-def _month_start(year: int, month: int) -> date:
-    return date(year, month, 1)
 
 
 def _add_months(day: date, months: int) -> date:
