@@ -40,7 +40,10 @@ def memories(
     filters out the archived), and `memory_history`: every change of every memory."""
     db = lancedb.connect()
     with duckdb.connect() as con:
-        report = publish(con, db, fact_keys=duckdb.settings().recall_fact_keys)
+        settings = duckdb.settings()
+        report = publish(
+            con, db, fact_keys=settings.recall_fact_keys, keyphrase_keys=settings.recall_keyphrase_keys
+        )
         refs = con.execute(desired_refs_sql()).fetchall()
     wanted = {ref for ref, _ in refs}
     per_being = dict(sorted(Counter(being for _, being in refs).items()))

@@ -5,6 +5,7 @@ answer derived from the request, through the real openai SDK, so what is measure
 mindflow's own cost: batching, HTTP, validation and the DuckDB writes. Prints the
 number of extraction calls for a small local model (8k context) and a large hosted one
 (200k): the target is one call per batch sized to the context, never one per episode.
+The loopback's scenes carry keyphrases, so the last table prices publishing them as keys.
 """
 
 from __future__ import annotations
@@ -64,16 +65,33 @@ def fresh_db(folder: Path, name: str, rows):
         yield con
 
 
+def with_keyphrases(received):
+    """The loopback model's answer, with two keyphrases per scene as a model would give them
+    (the scene's own words here: what is measured is their cost, not their quality)."""
+    from llm_server import fake_model
+
+    answer = fake_model(received)
+    if isinstance(answer, dict) and answer.get("scenes"):
+        for scene in answer["scenes"]:
+            words = scene["action"].split()
+            scene["keyphrases"] = [" ".join(words[:2]) or "nothing", " ".join(words[2:5]) or "said"]
+    return answer
+
+
 def publish_costs(con, folder: Path) -> dict[str, tuple[float, int, int]]:
-    """Seconds, memories and memories holding fact keys, for a publish without and with the keys."""
+    """Seconds, memories and memories holding keys, for a publish without and with each kind of key."""
     from mindflow import lance, memories
 
     out = {}
-    for label, fact_keys in (("text alone", False), ("text + the memory's facts", True)):
-        db = lance.connect(folder / f"lance-keys-{fact_keys}")
+    for label, fact_keys, keyphrase_keys in (
+        ("text alone", False, False),
+        ("text + the memory's facts", True, False),
+        ("text + facts + keyphrases", True, True),
+    ):
+        db = lance.connect(folder / f"lance-keys-{fact_keys}-{keyphrase_keys}")
         con.execute("DELETE FROM published_memories")
         t0 = time.perf_counter()
-        report = memories.publish(con, db, fact_keys=fact_keys)
+        report = memories.publish(con, db, fact_keys=fact_keys, keyphrase_keys=keyphrase_keys)
         seconds = time.perf_counter() - t0
         rows = db.open_table(memories.TABLE).to_arrow()
         texts = zip(rows["search_text"].to_pylist(), rows["text"].to_pylist(), strict=True)
@@ -84,7 +102,7 @@ def publish_costs(con, folder: Path) -> dict[str, tuple[float, int, int]]:
 
 def main() -> int:
     import openai  # noqa: F401  (the SDK's one-time import, ~1.5 s, is not per-episode work)
-    from llm_server import LLMServer, fake_model
+    from llm_server import LLMServer
 
     from mindflow import extraction, patrol
     from mindflow.config import load_settings
@@ -97,7 +115,7 @@ def main() -> int:
     per_k = 1000 / n
     folder = Path(tempfile.mkdtemp(prefix="mindflow-bench-llm-"))
     server = LLMServer()
-    server.responder = fake_model
+    server.responder = with_keyphrases
     os.environ.update(
         MINDFLOW_HOME=str(folder / "home"),
         MINDFLOW_LLM_BASE_URL=server.url,
@@ -156,9 +174,9 @@ def main() -> int:
     print(
         "\n(the whole patrol is dominated by embedding node texts; the LLM path embeds fewer, merged scenes)"
     )
-    # 3. Facts as full-text keys of their memories (mindflow/recall/keys.py): the publish of the
-    # LLM patrol's memories with and without them, each into an empty LanceDB folder.
-    header = f"{'publish of the memories (fact keys)':<44}{'s / 1k episodes':>16}{'memories':>10}"
+    # 3. Facts and keyphrases as full-text keys of their memories (mindflow/recall/keys.py): the
+    # publish of the LLM patrol's memories without and with them, each into an empty LanceDB folder.
+    header = f"{'publish of the memories (keys)':<44}{'s / 1k episodes':>16}{'memories':>10}"
     print(f"\n{header}{'with keys':>11}")
     for label, (seconds, memories, with_keys) in keys.items():
         print(f"{label:<44}{seconds * per_k:>16.3f}{memories:>10}{with_keys:>11}")

@@ -204,6 +204,11 @@ class Settings(BaseSettings):
         description="Publish each memory's current facts (from an extraction model) as full-text keys of "
         "it beside its text (mindflow/recall/keys.py); without a model there are none.",
     )
+    recall_keyphrase_keys: bool = Field(
+        default=True,
+        description="Publish the keyphrases an extraction model gave each memory's scenes as full-text keys "
+        "of it beside its text (mindflow/recall/keys.py); without a model there are none.",
+    )
 
     fact_cool_days: int = Field(
         default=30,

@@ -269,6 +269,8 @@ def _apply(
             "importance": [float(s.importance) for _, s in scenes.values()],
             "themes": pa.array([[t for t in s.themes if t.strip()] for _, s in scenes.values()],
                                pa.list_(pa.string())),
+            "keyphrases": pa.array([list(dict.fromkeys(" ".join(k.split()) for k in s.keyphrases))
+                                    for _, s in scenes.values()], pa.list_(pa.string())),
             "emotion": pa.array([emotion_dict(s.emotion) for _, s in scenes.values()], EMOTION_ARROW),
         }
     )  # fmt: skip
@@ -278,10 +280,10 @@ def _apply(
             inserted = con.execute(
                 """
                 INSERT INTO scene_notes (scene_id, being_id, episode_ids, action, actors, "when", setting,
-                    dialogue, sensory, feeling, importance, themes, emotion, note_status, raw, extractor,
-                    created_at)
+                    dialogue, sensory, feeling, importance, themes, keyphrases, emotion, note_status, raw,
+                    extractor, created_at)
                 SELECT scene_id, ?, episode_ids, action, actors, "when", setting, dialogue, sensory, feeling,
-                       importance, themes, emotion, 'ok', NULL, ?, ?
+                       importance, themes, keyphrases, emotion, 'ok', NULL, ?, ?
                 FROM new_scenes
                 ON CONFLICT (scene_id) DO NOTHING RETURNING scene_id
                 """,

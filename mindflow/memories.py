@@ -44,7 +44,7 @@ VECTOR_INDEX_MIN_ROWS = 50_000
 # rounded so that its daily drift does not rewrite every row; the hash covers everything
 # published except the vector (which follows from the text).
 _DESIRED_SQL = """
-    WITH fact_keys AS ({fact_keys}), m AS (
+    WITH memory_keys AS ({memory_keys}), m AS (
         SELECT n.node_id AS memory_ref, n.being_id, n.kind,
                n.scene.action AS text, {search_text} AS search_text, n.feeling, n.themes,
                CASE WHEN n.status = 'archived' OR d.status = 'archived' THEN 'archived'
@@ -60,7 +60,7 @@ _DESIRED_SQL = """
                coalesce(d.status, 'active') AS decay_status,
                n.created_at, n.last_activated, n.reactivation_count
         FROM nodes n LEFT JOIN decay_scores d ON d.memory_ref = n.node_id
-        LEFT JOIN fact_keys k ON k.node_id = n.node_id
+        LEFT JOIN memory_keys k ON k.node_id = n.node_id
     )
     SELECT *, md5(to_json(m)::VARCHAR) AS row_hash FROM m
 """
@@ -71,17 +71,17 @@ COLUMNS = (
     "setting", "dialogue", "sensory", "decay_score", "decay_status", "created_at", "last_activated",
     "reactivation_count", "vector",
 )  # fmt: skip
-# The column the full-text index covers: the text, then the memory's facts (mindflow/recall/keys.py).
+# The column the full-text index covers: the text, then the memory's keys (mindflow/recall/keys.py).
 FULLTEXT_COLUMN = "search_text"
 
 
-def desired_sql(fact_keys: bool = True) -> str:
+def desired_sql(fact_keys: bool = True, keyphrase_keys: bool = True) -> str:
     """Every memory as it should be published, with its row hash."""
     from mindflow.recall import keys
 
     return _DESIRED_SQL.format(
-        fact_keys=keys.fact_keys_sql(),
-        search_text=keys.search_text_sql("n.scene.action", "k.keys", fact_keys),
+        memory_keys=keys.keys_sql(facts=fact_keys, keyphrases=keyphrase_keys),
+        search_text=keys.search_text_sql("n.scene.action", "k.keys"),
     )
 
 
@@ -143,14 +143,19 @@ def open_current(con: duckdb.DuckDBPyConnection, db):
 
 
 def publish(
-    con: duckdb.DuckDBPyConnection, db, now: datetime | None = None, fact_keys: bool = True
+    con: duckdb.DuckDBPyConnection,
+    db,
+    now: datetime | None = None,
+    fact_keys: bool = True,
+    keyphrase_keys: bool = True,
 ) -> PublishReport:
     """Bring LanceDB `memories` and `memory_history` in line with DuckDB, writing only what changed;
-    with `fact_keys`, each memory's facts are full-text keys of it (mindflow/recall/keys.py)."""
+    with `fact_keys` and `keyphrase_keys`, each memory's facts and its scenes' keyphrases are
+    full-text keys of it (mindflow/recall/keys.py)."""
     now = now or utcnow()
     report = PublishReport()
     table, report.rebuilt = open_current(con, db)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE desired_memories AS {desired_sql(fact_keys)}")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE desired_memories AS {desired_sql(fact_keys, keyphrase_keys)}")
     try:
         changed = con.sql(
             """

@@ -543,6 +543,15 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         # the read API embeds queries and never opens DuckDB.
         [],
     ),
+    (
+        16,
+        "scene keyphrases",
+        [
+            # An extraction model's phrases for a scene, published as full-text keys of its
+            # memories (mindflow/recall/keys.py); mechanical scenes have none.
+            "ALTER TABLE scene_notes ADD COLUMN IF NOT EXISTS keyphrases VARCHAR[]",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

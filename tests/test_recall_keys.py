@@ -58,7 +58,7 @@ def published(home, llm_server):
     return settings, ref
 
 
-def _text_hit(settings, ref: str, embedder, hot: bool) -> bool:
+def _text_hit(settings, ref: str, embedder, hot: bool, question: str = QUESTION) -> bool:
     table = open_memories(settings.lance_path)
     index = indexes = None
     if hot:
@@ -68,7 +68,7 @@ def _text_hit(settings, ref: str, embedder, hot: bool) -> bool:
         index = indexes.get(table, "ada")
         assert index is not None
     found = recall(
-        table, "ada", QUESTION, embedder.encode_query(QUESTION), k=4,
+        table, "ada", question, embedder.encode_query(question), k=4,
         # No similarity floor: what is measured is the full-text side alone (text_rank).
         config=RecallConfig.for_model(settings.embedding_model, min_similarity=0.0), index=index,
     )  # fmt: skip
@@ -98,3 +98,72 @@ def test_a_question_in_a_facts_words_finds_its_memory_by_full_text(published, em
     assert all(s.success for s in run_job(settings, "patrol"))
     assert not _text_hit(settings, ref, embedder, hot=False)
     assert not _text_hit(settings, ref, embedder, hot=True)
+
+
+KEYPHRASE_QUESTION = "When did the property purchase go through?"
+
+
+def _with_a_keyphrase(received):
+    """The loopback model's extraction, the notary scene with keyphrases in words no episode uses."""
+    answer = fake_model(received)
+    if isinstance(answer, dict) and answer.get("scenes"):
+        for scene in answer["scenes"]:
+            if "notary" in scene["action"]:
+                scene["keyphrases"] = ["property purchase", "  deed   signing ", "property purchase", ""]
+    return answer
+
+
+def test_a_question_in_a_scenes_keyphrases_finds_its_memory_by_full_text(
+    home, llm_server, embedder, monkeypatch
+):
+    llm_server.configure("openai:gpt-4o")
+    llm_server.responder = _with_a_keyphrase
+    settings = load_settings()
+    folder = settings.inbox / "ada"
+    folder.mkdir(parents=True)
+    lines = [
+        json.dumps({"id": f"ada-{i}", "ts": f"2026-03-02T09:{i:02d}:00Z", "text": t, "kind": "event"})
+        for i, t in enumerate(EPISODES)
+    ]
+    (folder / "moving.jsonl").write_text("\n".join(lines) + "\n")
+    for job in ("ingest", "extraction", "patrol"):
+        assert all(s.success for s in run_job(settings, job))
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        # Stored as the model gave them, blanks and repeats out, spaces collapsed.
+        [(episodes, keyphrases)] = con.execute(
+            "SELECT episode_ids, keyphrases FROM scene_notes WHERE len(keyphrases) > 0"
+        ).fetchall()
+        assert keyphrases == ["property purchase", "deed signing"]
+        [(ref,)] = con.execute(
+            "SELECT node_id FROM nodes WHERE being_id = 'ada' AND list_has_all(source_episode_ids, ?)",
+            [episodes],
+        ).fetchall()
+        others = [r for (r,) in con.execute("SELECT node_id FROM nodes WHERE node_id != ?", [ref]).fetchall()]
+    rows = {
+        r["memory_ref"]: r
+        for r in lance.open_table(lance.connect(settings.lance_path), TABLE).search().to_arrow().to_pylist()
+    }
+    assert "deed signing ; property purchase" in rows[ref]["search_text"]
+    assert "property" not in rows[ref]["text"]  # shown by its own text
+    assert others and all("property" not in rows[o]["search_text"] for o in others)
+
+    def hit(hot: bool) -> bool:
+        return _text_hit(settings, ref, embedder, hot, KEYPHRASE_QUESTION)
+
+    assert hit(hot=False)
+    assert hit(hot=True)
+
+    # Switched off, the next publish leaves the keyphrases out.
+    monkeypatch.setenv("MINDFLOW_RECALL_KEYPHRASE_KEYS", "false")
+    settings = load_settings()
+    assert all(s.success for s in run_job(settings, "patrol"))
+    row = (
+        lance.open_table(lance.connect(settings.lance_path), TABLE)
+        .search()
+        .where(lance.where(memory_ref=[ref]))
+        .to_arrow()
+        .to_pylist()[0]
+    )
+    assert "property" not in row["search_text"]
+    assert not hit(hot=False)
+    assert not hit(hot=True)

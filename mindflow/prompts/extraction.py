@@ -78,6 +78,9 @@ class Scene(BaseModel):
     feeling: OptionalText = None
     importance: Unit
     themes: list[Text] = Field(default_factory=list)
+    # Phrases a later question about the scene might use where its text does not: published as
+    # full-text keys of its memory (mindflow/recall/keys.py).
+    keyphrases: Annotated[list[Text], BeforeValidator(_lines)] = Field(default_factory=list)
     emotion: Emotion | None = None
 
 
@@ -126,8 +129,11 @@ Return:
   scene), action (what happened, one or two sentences), actors, when (list of {{date, action}}
   with dates as YYYY-MM-DD), setting, dialogue (short quotes, a list of strings), sensory (a
   list of sensory details), feeling (the being's feeling in a few words), importance 0..1,
-  themes (1-4 short tags) and emotion, VADSNT: an object of six numbers in 0..1 named
-  valence, arousal, dominance, safety, novelty, trust.
+  themes (1-4 short tags), keyphrases (2-6 short phrases someone asking about this moment
+  later might use that the episodes' own words do not: the kind of event, the topic, the
+  things and places involved, e.g. "apartment purchase" for "we signed the papers") and
+  emotion, VADSNT: an object of six numbers in 0..1 named valence, arousal, dominance,
+  safety, novelty, trust.
 - entities: the people, projects, tools and places mentioned, each with a canonical name and
   the other names used for it (aliases). Reuse a known entity name when it is the same thing.
 - facts: durable facts as (entity, key, value, category, confidence, importance 0..1,

@@ -61,7 +61,9 @@ def publish_changes(con: duckdb.DuckDBPyConnection, settings: Settings, db, embe
     published = Published()
     kinds = {kind for r in reports for kind in r.applied}
     if kinds & {"merge", "archive"}:
-        report = memories.publish(con, db, fact_keys=settings.recall_fact_keys)
+        report = memories.publish(
+            con, db, fact_keys=settings.recall_fact_keys, keyphrase_keys=settings.recall_keyphrase_keys
+        )
         published.memories = report.upserted + report.deleted
     if "contradiction" in kinds:
         report = graph.publish_graph(con, db, params=settings.activation_params())
