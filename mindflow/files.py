@@ -6,6 +6,11 @@ import os
 import tempfile
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
 
 def append_lines(path: Path, data: bytes) -> None:
     """Append whole lines with one write on an O_APPEND descriptor, then fsync.
@@ -31,14 +36,29 @@ def append_lines(path: Path, data: bytes) -> None:
 
 def append_locked(path: Path, data: bytes) -> None:
     """`append_lines` under `<path>.lock`, creating the folder (durably) first: for files that
-    several threads of a process, and the runs that rewrite them, share."""
-    from filelock import FileLock
+    several threads of a process, and the runs that rewrite them, share.
 
+    The lock is an exclusive `flock` of the lock file, the lock `filelock.FileLock` takes on
+    Unix (the runs that rewrite these files hold it that way), taken directly: a recall appends
+    an event every time, and FileLock's own bookkeeping cost ~0.3 ms of CPU a call.
+    """
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
         fsync_dir(path.parent.parent)
-    with FileLock(str(path) + ".lock"):
+    if fcntl is None:  # no flock (Windows): FileLock's own locking
+        from filelock import FileLock
+
+        with FileLock(str(path) + ".lock"):
+            append_lines(path, data)
+        return
+    # Each call opens its own descriptor: flocks of separate opens exclude each other, threads
+    # of this process included; closing it releases the lock, also when the process dies.
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         append_lines(path, data)
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

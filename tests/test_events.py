@@ -173,6 +173,31 @@ def test_threads_of_one_process_share_its_file_without_tearing(tmp_path):
     assert len({e.event_id for e in read_events(events_dir)}) == 400
 
 
+def test_an_append_waits_for_a_rewrite_holding_the_files_lock(tmp_path):
+    """A forget rewrites an event file under `filelock.FileLock(<file>.lock)`; the server's append
+    (a flock of the same file) waits for it and lands in the rewritten file, nothing lost."""
+    from filelock import FileLock
+
+    from mindflow.files import append_locked, atomic_write
+
+    path = tmp_path / "events" / "2026-01-05" / "host-1.jsonl"
+    append_locked(path, b"old\n")
+    appended = threading.Event()
+
+    def append():
+        append_locked(path, b"new\n")
+        appended.set()
+
+    writer = threading.Thread(target=append)
+    with FileLock(str(path) + ".lock"):
+        writer.start()
+        assert not appended.wait(0.5)  # held off by the rewrite
+        atomic_write(path, b"rewritten\n")
+    writer.join(timeout=10)
+    assert appended.is_set()
+    assert path.read_text() == "rewritten\nnew\n"
+
+
 def test_a_torn_last_line_is_skipped_and_the_next_append_starts_a_new_line(tmp_path, caplog):
     events_dir = tmp_path / "events"
     whole = [event(ADA, ["n-1"], [1]), event(ADA, ["n-2"], [1])]
