@@ -217,6 +217,39 @@ def memory_mb(pid: int) -> tuple[float, float]:
     return pss / 1024, rss / 1024
 
 
+def connections_per_process(pid: int, port: int) -> list[int]:
+    """How many established connections to `port` each process of the server holds, most first
+    (Linux /proc). Clients keep their connection, and which worker accepted it is the kernel's
+    choice: a 3/5 split with 8 clients holds the throughput of two workers down."""
+    established = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # local address "HEX_IP:HEX_PORT", state 01 = ESTABLISHED, inode
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                established.add(fields[9])
+    counts = []
+    for p in process_tree(pid):
+        held = 0
+        try:
+            for fd in Path(f"/proc/{p}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:[") and target[8:-1] in established:
+                    held += 1
+        except OSError:
+            continue
+        if held:
+            counts.append(held)
+    return sorted(counts, reverse=True)
+
+
 def percentiles(ms: list[float]) -> str:
     p50, p95, p99 = np.percentile(ms, [50, 95, 99])
     return f"{p50:7.1f} {p95:7.1f} {p99:7.1f}"
@@ -389,9 +422,15 @@ def serve_figures(home: Path, corpus: Corpus, workers: int, env: dict[str, str],
         one = timed_requests(server.url, single[WARMUP:], 1)
         one_wall = time.perf_counter() - t0
         timed_requests(server.url, concurrent[:WARMUP], CLIENTS)
+        split: list[int] = []
+        # Counted once the clients are connected, while they run.
+        pid, port = server.process.pid, server.port
+        counter = threading.Timer(0.5, lambda: split.extend(connections_per_process(pid, port)))
         t0, cpu0, own0 = time.perf_counter(), cpu_seconds(server.process.pid), time.process_time()
+        counter.start()
         many = timed_requests(server.url, concurrent[WARMUP:], CLIENTS)
         wall = time.perf_counter() - t0
+        counter.join()
         # CPU per request, the server's and the clients' (this process): on a shared machine
         # throughput moves with the load, CPU per request much less.
         cpu = (cpu_seconds(server.process.pid) - cpu0) * 1000 / len(many)
@@ -399,7 +438,7 @@ def serve_figures(home: Path, corpus: Corpus, workers: int, env: dict[str, str],
         pss, rss = memory_mb(server.process.pid)
     return {
         "one": one, "one_rate": len(one) / one_wall, "many": many, "many_rate": len(many) / wall,
-        "pss": pss, "rss": rss, "built": built, "cpu": cpu, "own": own,
+        "pss": pss, "rss": rss, "built": built, "cpu": cpu, "own": own, "split": split,
     }  # fmt: skip
 
 
@@ -425,7 +464,8 @@ def measure(home: Path, label: str, corpus: Corpus, embedder, requests: int = RE
         )
         print(
             f"    {f'POST recall, {CLIENTS} concurrent clients':42s} {percentiles(f['many'])}"
-            f"   {f['many_rate']:.0f} requests/s, n={len(f['many'])}"
+            f"   {f['many_rate']:.0f} requests/s, n={len(f['many'])},"
+            f" connections per process {'/'.join(map(str, f['split'])) or '?'}"
         )
         print(f"    {'CPU per request: server, clients':42s} {f['cpu']:7.1f} {f['own']:7.1f} ms")
         print(
