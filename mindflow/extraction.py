@@ -30,6 +30,9 @@ PARSE_FAILED = "[PARSE_FAILED]"
 # A fact with no importance of its own and no scene to take one from.
 DEFAULT_FACT_IMPORTANCE = 0.5
 KNOWN_ENTITIES = 200  # names shown to the model so it reuses them (alias resolution)
+# Keyphrases kept per scene: the prompt asks for 2-6; a model listing dozens would bury the
+# memory's own words in its full-text document.
+KEYPHRASES = 8
 
 
 _EXOTIC_SPACE = frozenset("\v\x1c\x1d\x1e\x1f")
@@ -233,6 +236,11 @@ def _drop_repaired_notes(con: duckdb.DuckDBPyConnection, being_id: str) -> int:
     )
 
 
+def _keyphrases(scene: prompt.Scene) -> list[str]:
+    """The scene's keyphrases as stored: spaces collapsed, repeats out, at most KEYPHRASES."""
+    return list(dict.fromkeys(" ".join(k.split()) for k in scene.keyphrases))[:KEYPHRASES]
+
+
 def _apply(
     con: duckdb.DuckDBPyConnection,
     being_id: str,
@@ -269,8 +277,7 @@ def _apply(
             "importance": [float(s.importance) for _, s in scenes.values()],
             "themes": pa.array([[t for t in s.themes if t.strip()] for _, s in scenes.values()],
                                pa.list_(pa.string())),
-            "keyphrases": pa.array([list(dict.fromkeys(" ".join(k.split()) for k in s.keyphrases))
-                                    for _, s in scenes.values()], pa.list_(pa.string())),
+            "keyphrases": pa.array([_keyphrases(s) for _, s in scenes.values()], pa.list_(pa.string())),
             "emotion": pa.array([emotion_dict(s.emotion) for _, s in scenes.values()], EMOTION_ARROW),
         }
     )  # fmt: skip
