@@ -33,10 +33,10 @@ def _with_a_fact(received):
     return answer
 
 
-@pytest.fixture
-def published(home, llm_server):
+def _through_the_model(llm_server, responder):
+    """The episodes ingested, extracted by the loopback model answering with `responder`, patrolled."""
     llm_server.configure("openai:gpt-4o")
-    llm_server.responder = _with_a_fact
+    llm_server.responder = responder
     settings = load_settings()
     folder = settings.inbox / "ada"
     folder.mkdir(parents=True)
@@ -47,6 +47,12 @@ def published(home, llm_server):
     (folder / "moving.jsonl").write_text("\n".join(lines) + "\n")
     for job in ("ingest", "extraction", "patrol"):
         assert all(s.success for s in run_job(settings, job))
+    return settings
+
+
+@pytest.fixture
+def published(home, llm_server):
+    settings = _through_the_model(llm_server, _with_a_fact)
     with store.connect(settings.duckdb_path, read_only=True) as con:
         [(source,)] = con.execute(
             "SELECT source_episode_ids FROM facts WHERE entity = 'Lena' AND invalid_at IS NULL"
@@ -78,15 +84,19 @@ def _text_hit(settings, ref: str, embedder, hot: bool, question: str = QUESTION)
     return ref in parts and parts[ref]["text_rank"] >= 0
 
 
-def test_a_question_in_a_facts_words_finds_its_memory_by_full_text(published, embedder, monkeypatch):
-    settings, ref = published
-    row = (
+def _published_row(settings, ref: str) -> dict:
+    return (
         lance.open_table(lance.connect(settings.lance_path), TABLE)
         .search()
         .where(lance.where(memory_ref=[ref]))
         .to_arrow()
         .to_pylist()[0]
     )
+
+
+def test_a_question_in_a_facts_words_finds_its_memory_by_full_text(published, embedder, monkeypatch):
+    settings, ref = published
+    row = _published_row(settings, ref)
     assert "Lena bought an apartment in Lisbon" in row["search_text"]
     assert "Lisbon" not in row["text"]  # the memory is still shown by its own text
     assert _text_hit(settings, ref, embedder, hot=False)
@@ -118,18 +128,7 @@ def _with_a_keyphrase(received):
 def test_a_question_in_a_scenes_keyphrases_finds_its_memory_by_full_text(
     home, llm_server, embedder, monkeypatch
 ):
-    llm_server.configure("openai:gpt-4o")
-    llm_server.responder = _with_a_keyphrase
-    settings = load_settings()
-    folder = settings.inbox / "ada"
-    folder.mkdir(parents=True)
-    lines = [
-        json.dumps({"id": f"ada-{i}", "ts": f"2026-03-02T09:{i:02d}:00Z", "text": t, "kind": "event"})
-        for i, t in enumerate(EPISODES)
-    ]
-    (folder / "moving.jsonl").write_text("\n".join(lines) + "\n")
-    for job in ("ingest", "extraction", "patrol"):
-        assert all(s.success for s in run_job(settings, job))
+    settings = _through_the_model(llm_server, _with_a_keyphrase)
     with store.connect(settings.duckdb_path, read_only=True) as con:
         # Stored as the model gave them, blanks and repeats out, spaces collapsed.
         stored = con.execute("SELECT episode_ids, keyphrases FROM scene_notes ORDER BY scene_id").fetchall()
@@ -159,13 +158,7 @@ def test_a_question_in_a_scenes_keyphrases_finds_its_memory_by_full_text(
     monkeypatch.setenv("MINDFLOW_RECALL_KEYPHRASE_KEYS", "false")
     settings = load_settings()
     assert all(s.success for s in run_job(settings, "patrol"))
-    row = (
-        lance.open_table(lance.connect(settings.lance_path), TABLE)
-        .search()
-        .where(lance.where(memory_ref=[ref]))
-        .to_arrow()
-        .to_pylist()[0]
-    )
+    row = _published_row(settings, ref)
     assert "property" not in row["search_text"]
     assert not hit(hot=False)
     assert not hit(hot=True)
