@@ -399,13 +399,17 @@ LEVERS = {
 
 def servers() -> list[tuple[str, int, dict[str, str]]]:
     """(label, workers, environment) of each server measured: the single-process server (the
-    default) as the baseline, then one worker per CPU (`--workers`), with and without levers."""
+    default) as the baseline, then one worker per CPU (`--workers`), then one worker handing its
+    recalls to one ranking process per CPU (`--rankers`), each with and without levers."""
     cpus = os.cpu_count() or 1
+    rankers = {"MINDFLOW_API_RANKERS": str(cpus)}
     return [
         ("1 worker (default)", 1, {}),
         (f"{cpus} workers", cpus, {}),
+        (f"1 worker, {cpus} rankers", 1, rankers),
         ("1 worker, levers on", 1, LEVERS),
         (f"{cpus} workers, levers on", cpus, LEVERS),
+        (f"1 worker, {cpus} rankers, levers on", 1, {**rankers, **LEVERS}),
     ]
 
 
@@ -528,21 +532,23 @@ def main() -> int:
         f" threads of this process, each with its own connection."
     )
     figures = measure(home, f"{SIZES[1]:,} memories as published ({done})", corpus, embedder)
-    before, now = figures["1 worker (default)"], figures[servers()[1][0]]
-    levers = figures[servers()[3][0]]
-    print(
-        f"\n{SIZES[1]:,} memories, {CLIENTS} concurrent clients: {before['many_rate']:.0f} -> "
-        f"{now['many_rate']:.0f} requests/s (target >= {TARGET_RATE}), p95"
-        f" {np.percentile(before['many'], 95):.0f} -> {np.percentile(now['many'], 95):.0f} ms"
-        f" (target <= {TARGET_CONCURRENT_P95_MS:.0f}); with the levers on {levers['many_rate']:.0f}"
-        f" requests/s, p95 {np.percentile(levers['many'], 95):.0f} ms"
-    )
-    print(
-        f"1 client: p95 {np.percentile(before['one'], 95):.1f} -> {np.percentile(now['one'], 95):.1f} ms,"
-        f" {before['one_rate']:.0f} -> {now['one_rate']:.0f} requests/s; whole server PSS"
-        f" {before['pss']:.0f} -> {now['pss']:.0f} MB (target <= {TARGET_PSS_MB:,});"
-        f" total {time.perf_counter() - started:.0f} s"
-    )
+    before = figures["1 worker (default)"]
+    cpus = os.cpu_count() or 1
+    for name in (f"{cpus} workers", f"1 worker, {cpus} rankers"):
+        now, levers = figures[name], figures[f"{name}, levers on"]
+        print(
+            f"\n{SIZES[1]:,} memories, {CLIENTS} concurrent clients, {name}: {before['many_rate']:.0f} -> "
+            f"{now['many_rate']:.0f} requests/s (target >= {TARGET_RATE}), p95"
+            f" {np.percentile(before['many'], 95):.0f} -> {np.percentile(now['many'], 95):.0f} ms"
+            f" (target <= {TARGET_CONCURRENT_P95_MS:.0f}); with the levers on {levers['many_rate']:.0f}"
+            f" requests/s, p95 {np.percentile(levers['many'], 95):.0f} ms"
+        )
+        print(
+            f"1 client: p95 {np.percentile(before['one'], 95):.1f} -> {np.percentile(now['one'], 95):.1f} ms,"
+            f" {before['one_rate']:.0f} -> {now['one_rate']:.0f} requests/s; whole server PSS"
+            f" {before['pss']:.0f} -> {now['pss']:.0f} MB (target <= {TARGET_PSS_MB:,})"
+        )
+    print(f"total {time.perf_counter() - started:.0f} s")
     # Latency on a shared 2-core machine moves with its load: say what it was.
     print(f"load average at the start {load_at_start}, at the end {load()} ({os.cpu_count()} CPUs)")
     print(f"CPU reference: at the start {reference_at_start}; at the end {cpu_reference()}")

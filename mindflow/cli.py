@@ -508,6 +508,13 @@ def serve(
         help="Worker processes (default MINDFLOW_API_WORKERS, else 1); several share the port "
         "and map the same hot index files.",
     ),
+    rankers: int | None = typer.Option(
+        None,
+        "--rankers",
+        min=0,
+        help="Ranking processes each worker hands its hot-index recalls to, the next free one "
+        "taking the next recall (default MINDFLOW_API_RANKERS, else 0: the worker ranks them).",
+    ),
 ) -> None:
     """Serve the recall API (FastAPI under uvicorn) over LanceDB and the workspace; never opens DuckDB."""
     from mindflow.api.auth import check_bind, parse_tokens
@@ -515,6 +522,8 @@ def serve(
     if workers is not None:
         # In the environment, so the workers uvicorn spawns read the same number.
         os.environ["MINDFLOW_API_WORKERS"] = str(workers)
+    if rankers is not None:
+        os.environ["MINDFLOW_API_RANKERS"] = str(rankers)
     settings = load_settings()
     try:
         secret = settings.api_tokens.get_secret_value() if settings.api_tokens else None

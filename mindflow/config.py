@@ -268,6 +268,12 @@ class Settings(BaseSettings):
         description="Worker processes of `mindflow serve` (default 1). Several share one listening "
         "socket and map the same hot index files (written under cache/hot).",
     )
+    api_rankers: int = Field(
+        default=0,
+        ge=0,
+        description="Ranking processes each server worker hands its hot-index recalls to (default 0: "
+        "the request's thread ranks). A free one takes the next recall, whichever connection it came on.",
+    )
     api_recall_threads: int = Field(
         default=1,
         ge=1,

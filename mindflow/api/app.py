@@ -153,11 +153,15 @@ def create_app(
         lance.ensure(settings.lance_path)
         # The first recall should not pay for loading the model.
         await anyio.to_thread.run_sync(service.load_model)
+        if service.rankers is not None:
+            await anyio.to_thread.run_sync(service.rankers.start)
         async with AsyncExitStack() as stack:
             if mounted is not None:
                 await mounted.running(stack)
             yield
         service.hot.close()
+        if service.rankers is not None:
+            service.rankers.close()
 
     # FastAPIOffline is FastAPI with /docs and /redoc served from the files its package
     # ships: the default pages load Swagger UI and ReDoc from a CDN, blank without internet.

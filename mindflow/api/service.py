@@ -17,6 +17,7 @@ import numpy as np
 
 from mindflow import events, fact_activation, graph, lance
 from mindflow.api import models, resonance
+from mindflow.api.rankers import Rankers
 from mindflow.api.subconscious import Fallback, Subconscious
 from mindflow.config import ObjectStore, Settings
 from mindflow.embeddings import Embedder
@@ -156,7 +157,7 @@ class RecallService:
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
         # Several workers map one copy of each index from files; one keeps it in its own memory
         # (no 250 MB written per 100,000 memories at every new table version).
-        files = HotFiles(settings.hot_index) if settings.api_workers > 1 else None
+        files = HotFiles(settings.hot_index) if settings.api_workers > 1 or settings.api_rankers else None
         self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows, files)
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
         # Tombstones and pins of every process, applied to each answer (one stat per request).
@@ -169,6 +170,7 @@ class RecallService:
         self._served = threading.local()
         # Recalls ranked from a hot index at once in this process (MINDFLOW_API_RECALL_THREADS).
         self._ranking = threading.BoundedSemaphore(settings.api_recall_threads)
+        self.rankers = Rankers(settings.api_rankers) if settings.api_rankers else None
         self.model_ready = False
 
     def load_model(self) -> None:
@@ -241,6 +243,16 @@ class RecallService:
             for f in view.memories
         ]
         fresh, terms = view.where(keep)
+        # With ranking processes (MINDFLOW_API_RANKERS), the first free one ranks a recall from
+        # the hot index; None: none could, this process ranks it.
+        if index is not None and self.rankers is not None:
+            found = self.rankers.rank(
+                being_id, version, query, k=k, exclude_refs=exclude, since=request.since,
+                until=request.until, now=now, fresh=fresh if fresh.num_rows else None,
+                corpus=len(index) if fresh.num_rows else 0, fresh_terms=terms,
+            )  # fmt: skip
+            if found is not None:
+                return self.apply_marks(being_id, _without_published_twins(found))
         # From the hot index a recall is CPU work under the GIL: it waits its turn (off the GIL)
         # rather than taking turns at the GIL with others mid-recall. From LanceDB it mostly waits
         # on LanceDB's own threads, and runs beside others.

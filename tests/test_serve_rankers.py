@@ -1,0 +1,106 @@
+"""`mindflow serve --rankers 2`: ranking processes answer hot-index recalls for the server.
+
+A real `mindflow serve` on 127.0.0.1 over a published world (DuckDB, LanceDB, the model), its
+recalls handed to two ranking processes that map the same index files. They must answer
+exactly what the single-process path answers, under concurrent clients too, and a ranker
+killed with SIGKILL must cost no answer: the server ranks until its pool is back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import test_recall_hot
+from test_serve_workers import QUERIES, Served, _children, _expected, _mapped
+
+published = test_recall_hot.published  # the same fixture: ada and bram ingested, patrolled, published
+
+
+class WithRankers(Served):
+    """One server process and its ranking processes."""
+
+    def workers(self) -> list[int]:
+        return [self.process.pid]  # uvicorn in the process itself
+
+    def rankers(self) -> list[int]:
+        """The spawned children: the rankers (and, while it writes a new index, its writer)."""
+        return [
+            p
+            for p in _children(self.process.pid)
+            if "multiprocessing.spawn" in Path(f"/proc/{p}/cmdline").read_text()
+        ]
+
+
+@pytest.fixture
+def with_rankers(published, monkeypatch):
+    monkeypatch.setenv("MINDFLOW_API_RANKERS", "2")
+    server = WithRankers(published, workers=1)
+    try:
+        yield published, server
+    finally:
+        server.close()
+
+
+def _until_ranked(server: WithRankers, being: str, timeout: float = 90.0) -> list[int]:
+    """Recall until a ranking process maps the being's index files (it ranks from them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        mapping = [p for p in server.rankers() if _mapped(p, "vectors.npy")]
+        if mapping:
+            return mapping
+        assert time.monotonic() < deadline, "no ranking process mapped the hot index"
+        server.recall(being, QUERIES[0])
+        time.sleep(0.05)
+
+
+def test_rankers_answer_what_one_process_answers_under_concurrent_clients(with_rankers):
+    settings, server = with_rankers
+    expected = _expected(settings, "ada", QUERIES)
+    _until_ranked(server, "ada")
+    assert len(server.rankers()) == 2
+    with ThreadPoolExecutor(8) as clients:
+        answers = list(clients.map(lambda q: server.recall("ada", q), QUERIES * 10))
+    assert [refs for refs, _ in answers] == expected * 10
+    assert {source for _, source in answers} == {"hot"}
+    # Both rankers map the one copy the server wrote (device and inode): no private copies.
+    mapped = {m for p in server.rankers() for m in _mapped(p, "vectors.npy")}
+    assert mapped == _mapped(server.process.pid, "vectors.npy") and len(mapped) == 1
+
+
+def test_a_killed_ranker_costs_no_answer(with_rankers):
+    settings, server = with_rankers
+    expected = _expected(settings, "ada", QUERIES)
+    _until_ranked(server, "ada")
+    killed = server.rankers()[0]
+    os.kill(killed, signal.SIGKILL)
+    for _ in range(3):  # the recall that finds it dead is ranked by the server, the others by the rest
+        for query, refs in zip(QUERIES, expected, strict=True):
+            assert server.recall("ada", query) == (refs, "hot")
+    deadline = time.monotonic() + 90
+    while not (len(server.rankers()) == 2 and killed not in server.rankers()):
+        assert time.monotonic() < deadline, "the killed ranking process was not replaced"
+        server.recall("ada", QUERIES[0])
+        time.sleep(0.2)
+    _until_ranked(server, "ada")
+    for query, refs in zip(QUERIES, expected, strict=True):
+        assert server.recall("ada", query) == (refs, "hot")
+
+
+def test_rankers_exit_with_a_killed_server(with_rankers):
+    _, server = with_rankers
+    _until_ranked(server, "ada")
+    rankers = server.rankers()
+    assert len(rankers) == 2
+    server.process.kill()  # SIGKILL: no shutdown of its own
+    server.process.wait(10)
+    deadline = time.monotonic() + 20
+    while any(
+        Path(f"/proc/{p}").exists() and "spawn" in Path(f"/proc/{p}/cmdline").read_text() for p in rankers
+    ):
+        assert time.monotonic() < deadline, "a ranking process outlived its server"
+        time.sleep(0.1)
