@@ -16,7 +16,6 @@ rankers. A ranker whose server is gone finds its pipe closed and exits.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 
 log = logging.getLogger(__name__)
@@ -33,14 +32,12 @@ class Ranker:
         from mindflow.config import load_settings
         from mindflow.embeddings import Embedder
         from mindflow.memories import TABLE
-        from mindflow.recall import RecallConfig
         from mindflow.recall.hot import HotIndexes
         from mindflow.recall.hot_files import HotFiles
 
         # One BLAS thread, as in the server: the process ranks one recall at a time.
         threadpool_limits(1, user_api="blas")
         settings = load_settings()
-        self.config = RecallConfig.for_model(settings.embedding_model, **settings.recall_overrides())
         embedder = Embedder.for_settings(settings)
         embedder.encode_query("warm up")
         self.vectors = QueryVectors(embedder, settings.api_query_cache)
@@ -56,9 +53,7 @@ class Ranker:
         index = self.hot.get(table, being_id, version)
         if index is None:
             return None
-        return recall(
-            table, being_id, query, lambda: self.vectors.get(query), config=self.config, index=index, **kwargs
-        )
+        return recall(table, being_id, query, lambda: self.vectors.get(query), index=index, **kwargs)
 
 
 # A ranker that has not answered in this long is taken for hung: stopped, replaced, and the
@@ -109,19 +104,19 @@ class _Process:
 
 
 class Rankers:
-    """A server process's ranking processes: a recall takes the next free one (first come, first
-    served), sends its arguments down that one's pipe and waits for the memories."""
+    """A server process's ranking processes: a recall takes a free one (waiting recalls first come,
+    first served), sends its arguments down that one's pipe and waits for the memories."""
 
     def __init__(self, processes: int):
         import multiprocessing
 
         self.processes = processes
         self._context = multiprocessing.get_context("spawn")
-        # The ranker used last is taken first: under light load one ranker answers with its caches
-        # warm; waiting recalls are still served first come, first served.
-        self._idle: queue.LifoQueue[_Process] = queue.LifoQueue()
-        self._alive = 0
-        self._lock = threading.Lock()
+        self._ready = threading.Condition()
+        # The free rankers, the one used last at the end: it is taken first, so under light load
+        # one ranker answers with its caches warm.
+        self._free: list[_Process] = []
+        self._alive: set[_Process] = set()
         self._closed = False
 
     def start(self) -> None:
@@ -134,45 +129,64 @@ class Rankers:
             ready = started.ready()
         except (EOFError, OSError):
             ready = False
-        if not ready or self._closed:
+        with self._ready:
+            if ready and not self._closed:
+                self._alive.add(started)
+                self._free.append(started)
+                self._ready.notify()
+                return
+        if not self._closed:
             log.error("a ranking process did not start: the server ranks its share of recalls")
-            started.stop()
-            return
-        with self._lock:
-            self._alive += 1
-        self._idle.put(started)
+        started.stop()
+
+    def _take(self) -> _Process | None:
+        with self._ready:
+            while True:
+                for dead in [r for r in self._free if not r.process.is_alive()]:
+                    self._free.remove(dead)
+                    self._lost(dead)
+                if self._closed or not self._alive:
+                    return None
+                if self._free:
+                    return self._free.pop()
+                self._ready.wait(1.0)
+
+    def _lost(self, ranker: _Process) -> None:
+        """Called holding the condition: forget a dead ranker and start its replacement."""
+        self._alive.discard(ranker)
+        replacing = threading.Thread(target=self._replace, args=(ranker,), daemon=True)
+        replacing.start()
+
+    def _replace(self, dead: _Process) -> None:
+        dead.stop()
+        if not self._closed:
+            log.warning("a ranking process died: it is replaced")
+            self._admit(_Process(self._context))
 
     def rank(self, being_id: str, version: int, query: str, **kwargs):
         """The memories, or None when no ranker answers (the caller ranks the recall itself)."""
-        while True:
-            with self._lock:
-                if self._alive == 0 or self._closed:
-                    return None
-            try:
-                ranker = self._idle.get(timeout=1.0)
-                break
-            except queue.Empty:
-                continue
+        ranker = self._take()
+        if ranker is None:
+            return None
         try:
             answer = ranker.call((being_id, version, query, kwargs))
-        except (EOFError, OSError, TimeoutError) as exc:
-            log.warning("a ranking process failed (%s): it is replaced, the server ranks this recall", exc)
-            with self._lock:
-                self._alive -= 1
-            ranker.stop()
-            if not self._closed:
-                threading.Thread(target=self._replace, name="mindflow-ranker-start", daemon=True).start()
+        except Exception as exc:  # noqa: BLE001 - dead, hung, or its pipe in an unknown state
+            log.warning("a ranking process failed (%r): the server ranks this recall", exc)
+            with self._ready:
+                self._lost(ranker)
             return None
-        self._idle.put(ranker)
+        with self._ready:
+            if self._closed:
+                ranker.stop()
+            else:
+                self._free.append(ranker)
+                self._ready.notify()
         return answer
 
-    def _replace(self) -> None:
-        self._admit(_Process(self._context))
-
     def close(self) -> None:
-        self._closed = True
-        while True:
-            try:
-                self._idle.get_nowait().stop()
-            except queue.Empty:
-                return
+        with self._ready:
+            self._closed = True
+            free, self._free = self._free, []
+            self._ready.notify_all()
+        for ranker in free:
+            ranker.stop()

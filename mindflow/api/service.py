@@ -247,7 +247,7 @@ class RecallService:
         # the hot index; None: none could, this process ranks it.
         if index is not None and self.rankers is not None:
             found = self.rankers.rank(
-                being_id, version, query, k=k, exclude_refs=exclude, since=request.since,
+                being_id, version, query, k=k, config=self.config, exclude_refs=exclude, since=request.since,
                 until=request.until, now=now, fresh=fresh if fresh.num_rows else None,
                 corpus=len(index) if fresh.num_rows else 0, fresh_terms=terms,
             )  # fmt: skip
