@@ -4,8 +4,8 @@ A worker of `mindflow serve --workers N` answers only the connections it accepte
 keep theirs: with 8 clients and two workers the kernel split them 2/6 or 3/5 more often than
 4/4, and the worker with more clients queued while the other idled (bench_latency prints the
 split). With rankers (`MINDFLOW_API_RANKERS`), the server takes the HTTP and hands each recall
-that its hot index can answer to a pool of ranking processes: the recall waits for the first
-free one, whichever connection it came on. Each ranker maps the same index files
+that its hot index can answer to a pool of ranking processes: the recall waits for a free
+one, whichever connection it came on. Each ranker maps the same index files
 (`mindflow.recall.hot_files`) and embeds its queries itself.
 
 Crash-only: a ranker that dies (or hangs past RANK_TIMEOUT) is replaced in the background, and
@@ -104,8 +104,9 @@ class _Process:
 
 
 class Rankers:
-    """A server process's ranking processes: a recall takes a free one (waiting recalls first come,
-    first served), sends its arguments down that one's pipe and waits for the memories."""
+    """A server process's ranking processes: a recall takes a free one (waiting recalls are woken
+    in turn as rankers come free), sends its arguments down that one's pipe and waits for the
+    memories."""
 
     def __init__(self, processes: int):
         import multiprocessing
