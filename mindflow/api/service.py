@@ -243,36 +243,23 @@ class RecallService:
             for f in view.memories
         ]
         fresh, terms = view.where(keep)
-        # With ranking processes (MINDFLOW_API_RANKERS), the first free one ranks a recall from
-        # the hot index; None: none could, this process ranks it.
+        ranking = dict(
+            k=k, config=self.config, exclude_refs=exclude, since=request.since, until=request.until,
+            now=now, fresh=fresh if fresh.num_rows else None,
+            corpus=self._corpus(being_id, table, version, index) if fresh.num_rows else 0,
+            fresh_terms=terms,
+        )  # fmt: skip
+        # With ranking processes (MINDFLOW_API_RANKERS), a free one ranks a recall from the hot
+        # index; None: none could, this process ranks it.
         if index is not None and self.rankers is not None:
-            found = self.rankers.rank(
-                being_id, version, query, k=k, config=self.config, exclude_refs=exclude, since=request.since,
-                until=request.until, now=now, fresh=fresh if fresh.num_rows else None,
-                corpus=len(index) if fresh.num_rows else 0, fresh_terms=terms,
-            )  # fmt: skip
+            found = self.rankers.rank(being_id, version, query, **ranking)
             if found is not None:
                 return self.apply_marks(being_id, _without_published_twins(found))
         # From the hot index a recall is CPU work under the GIL: it waits its turn (off the GIL)
         # rather than taking turns at the GIL with others mid-recall. From LanceDB it mostly waits
         # on LanceDB's own threads, and runs beside others.
         with self._ranking if index is not None else contextlib.nullcontext():
-            found = recall(
-                table,
-                being_id,
-                query,
-                lambda: self.vectors.get(query),
-                k=k,
-                config=self.config,
-                exclude_refs=exclude,
-                since=request.since,
-                until=request.until,
-                now=now,
-                index=index,
-                fresh=fresh if fresh.num_rows else None,
-                corpus=self._corpus(being_id, table, version, index) if fresh.num_rows else 0,
-                fresh_terms=terms,
-            )
+            found = recall(table, being_id, query, lambda: self.vectors.get(query), index=index, **ranking)
         return self.apply_marks(being_id, _without_published_twins(found))
 
     def _fresh(self, being_id: str, table, version) -> list[fresh_tail.FreshMemory]:
