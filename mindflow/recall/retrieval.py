@@ -27,7 +27,11 @@ class LanceRetrieval:
     def text(self, query: str, limit: int, columns: list[str]) -> pa.Table | None:
         return primitives.text_candidates(self.table, query, self.where, limit, columns)
 
-    def around(self, spans, limit: int, also: list[str]) -> pa.Table | None:
+    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> pa.Table | None:
+        """The memories inside the time spans and those `also` names: at least `columns`.
+
+        From LanceDB every column, whatever `columns` asks: the same read then holds the chosen
+        memories' rows, where a second query would cost more than the width."""
         return primitives.rows_around(self.table, self.where, spans, limit, also)
 
     def by_ref(self, refs: list[str]) -> pa.Table:
@@ -69,10 +73,11 @@ class HotRetrieval(LanceRetrieval):
         ordered = [scores[str(self.index.refs[p])] for p in positions]
         return rows.append_column("_score", pa.array(ordered, type=pa.float32()))
 
-    def around(self, spans, limit: int, also: list[str]) -> pa.Table | None:
+    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> pa.Table | None:
+        # `columns` only: the chosen memories' rows are a cheap read by position (`by_ref`).
         if not spans and not also:
             return None
-        return self.index.rows_at(self.index.around(spans, self.keep, limit, also), [*COLUMNS, "vector"])
+        return self.index.rows_at(self.index.around(spans, self.keep, limit, also), columns)
 
     def by_ref(self, refs: list[str]) -> pa.Table:
         positions = self.index.positions(refs)
@@ -88,7 +93,7 @@ class EmptyRetrieval:
     def text(self, query: str, limit: int, columns: list[str]) -> None:
         return None
 
-    def around(self, spans, limit: int, also: list[str]) -> None:
+    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> None:
         return None
 
     def by_ref(self, refs: list[str]) -> None:
@@ -168,8 +173,8 @@ class FreshRetrieval:
         order = np.argsort(-merged.column("_score").to_numpy(zero_copy_only=False), kind="stable")[:limit]
         return merged.take(pa.array(order, type=pa.int64()))
 
-    def around(self, spans, limit: int, also: list[str]) -> pa.Table | None:
-        published = self.published.around(spans, limit, also)
+    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> pa.Table | None:
+        published = self.published.around(spans, limit, also, columns)
         if not self.refs:
             return published
         near = np.zeros(len(self.refs), dtype=bool)

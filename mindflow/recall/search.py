@@ -16,7 +16,7 @@ from mindflow.models import utcnow
 from mindflow.recall import feedback, primitives, rerank, speakers, timeframe
 from mindflow.recall.config import RecallConfig
 from mindflow.recall.hot import BeingIndex
-from mindflow.recall.models import Memory
+from mindflow.recall.models import COLUMNS, Memory
 from mindflow.recall.primitives import RECALLABLE, SEARCHABLE
 from mindflow.recall.retrieval import EmptyRetrieval, FreshRetrieval, HotRetrieval, LanceRetrieval
 
@@ -174,9 +174,10 @@ def recall(
         final = _rescored(query, [texts[i] for i in keep], final, config)
     chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], k, config.mmr_lambda)]
     position = {int(i): j for j, i in enumerate(keep)}
-    # The context windows were read whole and hold nearly every memory chosen;
-    # read the rest by ref.
-    by_ref = {row["memory_ref"]: row for row in _rows(_of_refs(around, [refs[i] for i in chosen]))}
+    # Context windows read whole from LanceDB hold nearly every memory chosen; read the rest
+    # (from a hot index, all of them) by ref.
+    whole = around if around is not None and set(COLUMNS) <= set(around.column_names) else None
+    by_ref = {row["memory_ref"]: row for row in _rows(_of_refs(whole, [refs[i] for i in chosen]))}
     missing = [refs[i] for i in chosen if refs[i] not in by_ref]
     if missing:
         by_ref.update((row["memory_ref"], row) for row in _rows(source.by_ref(missing)))
@@ -216,8 +217,8 @@ def _with_context(
     by its best neighbour.
 
     Returns (pool, context bonus, floor support, new scores, the rows read). The best
-    candidates are those of the final score so far (fused x decay x recency); the same
-    read brings their full rows, so the chosen memories rarely need a read of their own.
+    candidates are those of the final score so far (fused x decay x recency); from LanceDB
+    the same read brings their full rows, so the chosen memories rarely need a read of their own.
     """
     ranked = np.argsort(-weighted, kind="stable")
     top = pool.column("ts").take(pa.array(ranked[: config.context_top], type=pa.int64())).to_pylist()
@@ -226,7 +227,7 @@ def _with_context(
     also = pool.column("memory_ref").take(pa.array(ranked[: 3 * k], type=pa.int64())).to_pylist()
     # a safety bound for a being that writes many memories a minute
     limit = config.context_top * (2 * config.context_window + 1) * 20
-    around = source.around(spans, limit, also)
+    around = source.around(spans, limit, also, pool.column_names)
     if around is None or around.num_rows == 0:
         return pool, np.zeros(pool.num_rows), None, None, None
     known = set(pool.column("memory_ref").to_pylist())
