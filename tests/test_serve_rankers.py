@@ -72,6 +72,21 @@ def test_rankers_answer_what_one_process_answers_under_concurrent_clients(with_r
     assert mapped == _mapped(server.process.pid, "vectors.npy") and len(mapped) == 1
 
 
+def test_every_ranker_maps_a_new_index_without_a_recall_of_its_own(with_rankers):
+    """A lone client's recalls all go to the ranker used last; the other is told of the index at
+    the first hot recall and maps it then, not under the load that would first reach it."""
+    _, server = with_rankers
+    deadline = time.monotonic() + 90
+    while server.recall("ada", QUERIES[0])[1] != "hot":
+        assert time.monotonic() < deadline, "the server never answered from its hot index"
+        time.sleep(0.05)
+    deadline = time.monotonic() + 60
+    while not all(_mapped(p, "vectors.npy") for p in server.rankers()):
+        assert time.monotonic() < deadline, "a ranking process did not map the index it was told of"
+        time.sleep(0.1)
+    assert len(server.rankers()) == 2
+
+
 def test_a_killed_ranker_costs_no_answer(with_rankers):
     settings, server = with_rankers
     expected = _expected(settings, "ada", QUERIES)

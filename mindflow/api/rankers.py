@@ -6,7 +6,10 @@ keep theirs: with 8 clients and two workers the kernel split them 2/6 or 3/5 mor
 split). With rankers (`MINDFLOW_API_RANKERS`), the server takes the HTTP and hands each recall
 that its hot index can answer to a pool of ranking processes: the recall waits for a free
 one, whichever connection it came on. Each ranker maps the same index files
-(`mindflow.recall.hot_files`) and embeds its queries itself.
+(`mindflow.recall.hot_files`) and embeds its queries itself. The first recall of a being at a
+new table version is noticed to every ranker, so each maps that version's index at once rather
+than at its own first recall of it (which, for a ranker idle until the load rises, would be under
+that load, its recalls falling back to the server meanwhile).
 
 Crash-only: a ranker that dies (or hangs past RANK_TIMEOUT) is replaced in the background, and
 its recall, like any while no ranker is alive, is ranked in the server's own process as without
@@ -55,6 +58,11 @@ class Ranker:
             return None
         return recall(table, being_id, query, lambda: self.vectors.get(query), index=index, **kwargs)
 
+    def prepare(self, being_id: str, version: int) -> None:
+        """Start mapping the being's index at `version` (in the background) unless it is mapped."""
+        table, _ = self.latest.get()
+        self.hot.get(table, being_id, version)
+
 
 # A ranker that has not answered in this long is taken for hung: stopped, replaced, and the
 # recall ranked by the server.
@@ -62,9 +70,11 @@ RANK_TIMEOUT = 30.0
 START_TIMEOUT = 300.0
 
 
-def _serve(conn) -> None:
-    """A ranking process: load, say ready, then answer each recall sent down the pipe."""
+def _serve(conn, notices) -> None:
+    """A ranking process: load, say ready, then answer each recall sent down the pipe (and,
+    on a thread of its own, prepare each index `notices` names)."""
     ranker = Ranker()
+    threading.Thread(target=_prepare, args=(ranker, notices), daemon=True, name="mindflow-notices").start()
     conn.send("ready")
     while True:
         try:
@@ -79,14 +89,34 @@ def _serve(conn) -> None:
         conn.send(answer)
 
 
+def _prepare(ranker: Ranker, notices) -> None:
+    while True:
+        try:
+            being_id, version = notices.recv()
+        except (EOFError, OSError):  # the server is gone: the main loop finds out too
+            return
+        try:
+            ranker.prepare(being_id, version)
+        except Exception:  # noqa: BLE001 - the index is then mapped at its first recall
+            log.exception("a ranking process could not prepare the hot index of %s", being_id)
+
+
 class _Process:
-    """One ranking process and the server's end of its pipe."""
+    """One ranking process and the server's ends of its pipes: recalls, and notices of new indexes."""
 
     def __init__(self, context):
         self.conn, theirs = context.Pipe()
-        self.process = context.Process(target=_serve, args=(theirs,), name="mindflow-ranker")
+        their_notices, self.notices = context.Pipe(duplex=False)
+        self.process = context.Process(target=_serve, args=(theirs, their_notices), name="mindflow-ranker")
         self.process.start()
         theirs.close()
+        their_notices.close()
+
+    def notice(self, being_id: str, version: int) -> None:
+        try:
+            self.notices.send((being_id, version))
+        except OSError:  # dead: found and replaced at its next take
+            pass
 
     def ready(self) -> bool:
         return self.conn.poll(START_TIMEOUT) and self.conn.recv() == "ready"
@@ -99,6 +129,7 @@ class _Process:
 
     def stop(self) -> None:
         self.conn.close()
+        self.notices.close()
         self.process.kill()
         self.process.join(5)
 
@@ -119,6 +150,10 @@ class Rankers:
         self._free: list[_Process] = []
         self._alive: set[_Process] = set()
         self._closed = False
+        # (being, version) of the indexes every ranker has been told to map; sends under a lock of
+        # their own (request threads share each pipe; a recall never waits on one behind it).
+        self._noticed: set[tuple[str, int]] = set()
+        self._noticing = threading.Lock()
 
     def start(self) -> None:
         """Start every ranker and wait until each has loaded the model (server start-up)."""
@@ -152,6 +187,19 @@ class Rankers:
                     return self._free.pop()
                 self._ready.wait(1.0)
 
+    def _notice(self, being_id: str, version: int) -> None:
+        """Tell every ranker, once, to map the being's index at `version`."""
+        with self._ready:
+            if (being_id, version) in self._noticed:
+                return
+            if len(self._noticed) > 10_000:
+                self._noticed.clear()
+            self._noticed.add((being_id, version))
+            alive = list(self._alive)
+        with self._noticing:
+            for ranker in alive:
+                ranker.notice(being_id, version)
+
     def _lost(self, ranker: _Process) -> None:
         """Called holding the condition: forget a dead ranker and start its replacement."""
         self._alive.discard(ranker)
@@ -166,6 +214,7 @@ class Rankers:
 
     def rank(self, being_id: str, version: int, query: str, **kwargs):
         """The memories, or None when no ranker answers (the caller ranks the recall itself)."""
+        self._notice(being_id, version)
         ranker = self._take()
         if ranker is None:
             return None
