@@ -397,19 +397,26 @@ LEVERS = {
 }
 
 
+BASELINE = "1 worker, no rankers"
+
+
 def servers() -> list[tuple[str, int, dict[str, str]]]:
-    """(label, workers, environment) of each server measured: the single-process server (the
-    default) as the baseline, then one worker per CPU (`--workers`), then one worker handing its
-    recalls to one ranking process per CPU (`--rankers`), each with and without levers."""
+    """(label, workers, environment) of each server measured: the single-process server as the
+    baseline, then one worker per CPU (`--workers`), then one worker handing its recalls to one
+    ranking process per CPU (`--rankers`, the default of `mindflow serve` on two or more CPUs),
+    each with and without levers."""
+    from mindflow.api.rankers import default_processes
+
     cpus = os.cpu_count() or 1
-    rankers = {"MINDFLOW_API_RANKERS": str(cpus)}
+    alone, rankers = {"MINDFLOW_API_RANKERS": "0"}, {"MINDFLOW_API_RANKERS": str(cpus)}
+    default = " (default)" if default_processes(1) == cpus else ""
     return [
-        ("1 worker (default)", 1, {}),
-        (f"{cpus} workers", cpus, {}),
-        (f"1 worker, {cpus} rankers", 1, rankers),
-        ("1 worker, levers on", 1, LEVERS),
-        (f"{cpus} workers, levers on", cpus, LEVERS),
-        (f"1 worker, {cpus} rankers, levers on", 1, {**rankers, **LEVERS}),
+        (BASELINE, 1, alone),
+        (f"{cpus} workers", cpus, alone),
+        (f"1 worker, {cpus} rankers{default}", 1, rankers),
+        (f"{BASELINE}, levers on", 1, {**alone, **LEVERS}),
+        (f"{cpus} workers, levers on", cpus, {**alone, **LEVERS}),
+        (f"1 worker, {cpus} rankers{default}, levers on", 1, {**rankers, **LEVERS}),
     ]
 
 
@@ -532,9 +539,8 @@ def main() -> int:
         f" threads of this process, each with its own connection."
     )
     figures = measure(home, f"{SIZES[1]:,} memories as published ({done})", corpus, embedder)
-    before = figures["1 worker (default)"]
-    cpus = os.cpu_count() or 1
-    for name in (f"{cpus} workers", f"1 worker, {cpus} rankers"):
+    before = figures[BASELINE]
+    for name, *_ in servers()[1:3]:
         now, levers = figures[name], figures[f"{name}, levers on"]
         print(
             f"\n{SIZES[1]:,} memories, {CLIENTS} concurrent clients, {name}: {before['many_rate']:.0f} -> "

@@ -512,8 +512,9 @@ def serve(
         None,
         "--rankers",
         min=0,
-        help="Ranking processes each worker hands its hot-index recalls to, the next free one "
-        "taking the next recall (default MINDFLOW_API_RANKERS, else 0: the worker ranks them).",
+        help="Ranking processes the worker hands its hot-index recalls to, the next free one "
+        "taking the next recall (default MINDFLOW_API_RANKERS, else one per CPU with one worker "
+        "on two or more CPUs; 0: the worker ranks them).",
     ),
 ) -> None:
     """Serve the recall API (FastAPI under uvicorn) over LanceDB and the workspace; never opens DuckDB."""
@@ -525,6 +526,12 @@ def serve(
     if rankers is not None:
         os.environ["MINDFLOW_API_RANKERS"] = str(rankers)
     settings = load_settings()
+    if settings.api_rankers is None:
+        # In the environment too, so the worker reads the number chosen here.
+        from mindflow.api.rankers import default_processes
+
+        os.environ["MINDFLOW_API_RANKERS"] = str(default_processes(settings.api_workers))
+        settings = load_settings()
     try:
         secret = settings.api_tokens.get_secret_value() if settings.api_tokens else None
         check_bind(host, parse_tokens(secret))

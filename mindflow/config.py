@@ -268,11 +268,13 @@ class Settings(BaseSettings):
         description="Worker processes of `mindflow serve` (default 1). Several share one listening "
         "socket and map the same hot index files (written under cache/hot).",
     )
-    api_rankers: int = Field(
-        default=0,
+    api_rankers: int | None = Field(
+        default=None,
         ge=0,
-        description="Ranking processes each server worker hands its hot-index recalls to (default 0: "
-        "the request's thread ranks). A free one takes the next recall, whichever connection it came on.",
+        description="Ranking processes the server hands its hot-index recalls to, a free one taking the "
+        "next recall whichever connection it came on; 0: the request's thread ranks. Unset, `mindflow "
+        "serve` with one worker starts one per CPU it may use (none on one CPU or with several workers), "
+        "an app built otherwise (`mindflow mcp`) none.",
     )
     api_recall_threads: int = Field(
         default=1,

@@ -58,6 +58,23 @@ def _until_ranked(server: WithRankers, being: str, timeout: float = 90.0) -> lis
         time.sleep(0.05)
 
 
+def test_serve_starts_one_ranker_per_cpu_by_default(published, monkeypatch):
+    """Unset, `mindflow serve` with one worker starts one ranker per CPU it may use (none on one
+    CPU), and they answer what one process answers."""
+    monkeypatch.delenv("MINDFLOW_API_RANKERS", raising=False)
+    expected = _expected(published, "ada", QUERIES)
+    server = WithRankers(published, workers=1)
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        assert len(server.rankers()) == (cpus if cpus > 1 else 0)
+        if cpus > 1:
+            _until_ranked(server, "ada")
+        for query, refs in zip(QUERIES, expected, strict=True):
+            assert server.recall("ada", query) == (refs, "hot")
+    finally:
+        server.close()
+
+
 def test_rankers_answer_what_one_process_answers_under_concurrent_clients(with_rankers):
     settings, server = with_rankers
     expected = _expected(settings, "ada", QUERIES)

@@ -19,9 +19,18 @@ rankers. A ranker whose server is gone finds its pipe closed and exits.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 log = logging.getLogger(__name__)
+
+
+def default_processes(workers: int) -> int:
+    """The rankers `mindflow serve` starts when MINDFLOW_API_RANKERS is unset: one per CPU this
+    process may use, with one worker on two or more CPUs; none otherwise (several workers share
+    the recalls by connection, and on one CPU a ranker adds only its hand-off)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpus if workers == 1 and cpus >= 2 else 0
 
 
 class Ranker:
