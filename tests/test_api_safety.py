@@ -189,7 +189,11 @@ def test_readiness_says_why_without_a_path(http):
     home = str(http.settings.resolved_home)
     with httpx.Client(base_url=str(http.base_url), timeout=30) as anonymous:
         ready = anonymous.get("/readyz")
-        assert ready.status_code == 200 and ready.json() == {"status": "ready", "model": "all-MiniLM-L6-v2"}
+        assert ready.status_code == 200 and ready.json() == {
+            "status": "ready",
+            "model": "all-MiniLM-L6-v2",
+            "rankers": 0,
+        }
         lance_dir = http.settings.lance_path
         moved = lance_dir.with_name("lance-away")
         lance_dir.rename(moved)

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 import test_recall_hot
 from test_serve_workers import QUERIES, Served, _children, _expected, _mapped
@@ -26,6 +27,9 @@ class WithRankers(Served):
 
     def workers(self) -> list[int]:
         return [self.process.pid]  # uvicorn in the process itself
+
+    def ready(self) -> dict:
+        return httpx.get(f"{self.url}/readyz", timeout=10).json()
 
     def rankers(self) -> list[int]:
         """The spawned children: the rankers (and, while it writes a new index, its writer)."""
@@ -66,7 +70,7 @@ def test_serve_starts_one_ranker_per_cpu_by_default(published, monkeypatch):
     server = WithRankers(published, workers=1)
     cpus = len(os.sched_getaffinity(0))
     try:
-        assert len(server.rankers()) == (cpus if cpus > 1 else 0)
+        assert len(server.rankers()) == server.ready()["rankers"] == (cpus if cpus > 1 else 0)
         if cpus > 1:
             _until_ranked(server, "ada")
         for query, refs in zip(QUERIES, expected, strict=True):
@@ -114,7 +118,9 @@ def test_a_killed_ranker_costs_no_answer(with_rankers):
         for query, refs in zip(QUERIES, expected, strict=True):
             assert server.recall("ada", query) == (refs, "hot")
     deadline = time.monotonic() + 90
-    while not (len(server.rankers()) == 2 and killed not in server.rankers()):
+    while not (
+        len(server.rankers()) == 2 and killed not in server.rankers() and server.ready()["rankers"] == 2
+    ):
         assert time.monotonic() < deadline, "the killed ranking process was not replaced"
         server.recall("ada", QUERIES[0])
         time.sleep(0.2)

@@ -406,6 +406,7 @@ def create_app(
                 "not ready: the LanceDB folder (lance/ in MINDFLOW_HOME) is missing or not readable; "
                 "check the server's MINDFLOW_HOME and the folder's permissions",
             )
-        return models.Ready(status="ready", model=model)
+        rankers = service.rankers.alive() if service.rankers is not None else 0
+        return models.Ready(status="ready", model=model, rankers=rankers)
 
     return app

@@ -314,6 +314,11 @@ class Ready(BaseModel):
 
     status: Literal["ready"]
     model: str = Field(description="The model queries are embedded with (a local one by its folder's name).")
+    rankers: int = Field(
+        default=0,
+        description="Ranking processes alive in the process that answered (0: it ranks every recall itself; "
+        "a dead one is replaced in the background).",
+    )
 
 
 class ErrorResponse(BaseModel):

@@ -169,6 +169,11 @@ class Rankers:
         for started in [_Process(self._context) for _ in range(self.processes)]:
             self._admit(started)
 
+    def alive(self) -> int:
+        """The ranking processes started and not found dead (a replacement counts once it is ready)."""
+        with self._ready:
+            return len(self._alive)
+
     def _admit(self, started: _Process) -> None:
         try:
             ready = started.ready()
