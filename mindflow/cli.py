@@ -539,11 +539,9 @@ def serve(
         # (and the query encoder's ONNX graph exported before the server binds). With several
         # workers, in a process of its own: the supervisor that stays keeps no model.
         if settings.api_workers > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
+            from mindflow import spawned
 
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                pool.submit(_warm_up).result()
+            spawned.call(_warm_up)
         else:
             _warm_up()
     except MindflowError as exc:

@@ -129,6 +129,13 @@ def test_a_killed_ranker_costs_no_answer(with_rankers):
         assert server.recall("ada", query) == (refs, "hot")
 
 
+def _spawned_alive(pid: int) -> bool:
+    try:
+        return "spawn" in Path(f"/proc/{pid}/cmdline").read_text()
+    except FileNotFoundError:
+        return False
+
+
 def test_rankers_exit_with_a_killed_server(with_rankers):
     _, server = with_rankers
     _until_ranked(server, "ada")
@@ -137,8 +144,26 @@ def test_rankers_exit_with_a_killed_server(with_rankers):
     server.process.kill()  # SIGKILL: no shutdown of its own
     server.process.wait(10)
     deadline = time.monotonic() + 20
-    while any(
-        Path(f"/proc/{p}").exists() and "spawn" in Path(f"/proc/{p}/cmdline").read_text() for p in rankers
-    ):
+    while any(_spawned_alive(p) for p in rankers):
         assert time.monotonic() < deadline, "a ranking process outlived its server"
+        time.sleep(0.1)
+
+
+def test_a_server_killed_while_its_index_is_written_leaves_no_process(with_rankers):
+    """The process writing a being's index files (started at the first recall of a new version)
+    finishes and exits when its server is killed meanwhile; a process pool's worker waited forever
+    for its next task, an orphan holding its memory."""
+    _, server = with_rankers
+    rankers = set(server.rankers())
+    assert len(rankers) == 2
+    server.recall("ada", QUERIES[0])  # answered from LanceDB; the index is written meanwhile
+    deadline = time.monotonic() + 60
+    while not (writers := set(server.rankers()) - rankers):
+        assert time.monotonic() < deadline, "no process was started to write the index"
+        time.sleep(0.01)
+    server.process.kill()
+    server.process.wait(10)
+    deadline = time.monotonic() + 60
+    while alive := [p for p in rankers | writers if _spawned_alive(p)]:
+        assert time.monotonic() < deadline, f"processes outlived their server: {alive}"
         time.sleep(0.1)

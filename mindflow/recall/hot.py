@@ -381,14 +381,11 @@ class HotIndexes:
                 # Built in a process of its own: building reads every row and leaves ~0.9 GB
                 # per 100,000 memories in the allocators of the process that did it, which a
                 # worker would then keep; the worker maps the files like the others.
-                import multiprocessing
-                from concurrent.futures import ProcessPoolExecutor
+                from mindflow import spawned
 
-                spawn = multiprocessing.get_context("spawn")
-                with ProcessPoolExecutor(1, mp_context=spawn) as builder:
-                    rows = builder.submit(
-                        write_index, self.lance_path, being_id, version, stamp, self.files.root, self.max_rows
-                    ).result()
+                rows = spawned.call(
+                    write_index, self.lance_path, being_id, version, stamp, self.files.root, self.max_rows
+                )
                 if rows > self.max_rows:
                     return None, rows
                 arrays = self.files.open(being_id, version, stamp)
