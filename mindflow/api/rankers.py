@@ -3,9 +3,10 @@
 A worker of `mindflow serve --workers N` answers only the connections it accepted, and clients
 keep theirs: with 8 clients and two workers the kernel split them 2/6 or 3/5 more often than
 4/4, and the worker with more clients queued while the other idled (bench_latency prints the
-split). With rankers (`MINDFLOW_API_RANKERS`), the server takes the HTTP and hands each recall
-that its hot index can answer to a pool of ranking processes: the recall waits for a free
-one, whichever connection it came on. Each ranker maps the same index files
+split). With rankers (`MINDFLOW_API_RANKERS`; unset, `mindflow serve` starts
+`default_processes`), the server takes the HTTP and hands each recall that its hot index can
+answer to a pool of ranking processes: the recall waits for a free one, whichever connection it
+came on. Each ranker maps the same index files
 (`mindflow.recall.hot_files`) and embeds its queries itself. The first recall of a being at a
 new table version is noticed to every ranker, so each maps that version's index at once rather
 than at its own first recall of it (which, for a ranker idle until the load rises, would be under

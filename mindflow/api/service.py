@@ -155,8 +155,9 @@ class RecallService:
         self.embedder = Embedder.for_settings(settings)
         self.vectors = QueryVectors(self.embedder, settings.api_query_cache)
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
-        # Several workers map one copy of each index from files; one keeps it in its own memory
-        # (no 250 MB written per 100,000 memories at every new table version).
+        # Several processes (workers, or a worker and its rankers) map one copy of each index from
+        # files; a lone one keeps it in its own memory (no 250 MB written per 100,000 memories at
+        # every new table version).
         files = HotFiles(settings.hot_index) if settings.api_workers > 1 or settings.api_rankers else None
         self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows, files)
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
