@@ -169,6 +169,7 @@ class Rankers:
         """Start every ranker and wait until each has loaded the model (server start-up)."""
         for started in [_Process(self._context) for _ in range(self.processes)]:
             self._admit(started)
+        log.info("%d of %d ranking processes ready (MINDFLOW_API_RANKERS)", self.alive(), self.processes)
 
     def alive(self) -> int:
         """The ranking processes started and not found dead (a replacement counts once it is ready)."""
