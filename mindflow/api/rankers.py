@@ -62,16 +62,16 @@ class Ranker:
         index (it starts mapping it)."""
         from mindflow.recall import recall
 
-        table, _ = self.latest.get()
-        index = self.hot.get(table, being_id, version)
+        table, index = self.prepare(being_id, version)
         if index is None:
             return None
         return recall(table, being_id, query, lambda: self.vectors.get(query), index=index, **kwargs)
 
-    def prepare(self, being_id: str, version: int) -> None:
-        """Start mapping the being's index at `version` (in the background) unless it is mapped."""
+    def prepare(self, being_id: str, version: int):
+        """(table, the being's index at `version`); the index None while it is mapped in the
+        background (started here if it was not)."""
         table, _ = self.latest.get()
-        self.hot.get(table, being_id, version)
+        return table, self.hot.get(table, being_id, version)
 
 
 # A ranker that has not answered in this long is taken for hung: stopped, replaced, and the
