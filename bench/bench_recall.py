@@ -131,14 +131,15 @@ HOT: dict = {}
 
 
 def hot_indexes(table, convs: list[Conversation]) -> dict:
-    from mindflow.recall import BeingIndex, primitives
+    from mindflow.recall import BeingIndex, hot, primitives
 
     version = table.version
+    columns = hot.index_columns(table.schema.names)  # the server's: with each memory's session
     return {
         c.being: BeingIndex(
             c.being, version,
             primitives.filtered_rows(
-                table, primitives.memory_filter(c.being, statuses=primitives.RECALLABLE), None
+                table, primitives.memory_filter(c.being, statuses=primitives.RECALLABLE), None, columns
             ),
             table,
         )
@@ -243,6 +244,9 @@ def lever_grids(default) -> tuple[list, dict[str, list]]:
             replace(default, prf_terms=6, prf_weight=w) for w in (0.05, 0.1)
         ],
         "session score (session_weight 0.1|0.2)": [replace(default, session_weight=w) for w in (0.1, 0.2)],
+        "session document (session_doc_weight 0.1|0.2|0.3)": [
+            replace(default, session_doc_weight=w) for w in (0.1, 0.2, 0.3)
+        ],
         "re-score of the top 30 by their own BM25 (rescore_weight 0.05|0.1)": [
             replace(default, rescore_weight=w) for w in (0.05, 0.1)
         ],

@@ -196,6 +196,12 @@ class Settings(BaseSettings):
     recall_session_weight: float | None = Field(
         default=None, ge=0, description="Session score: weight of a memory's session (0: off)."
     )
+    recall_session_doc_weight: float | None = Field(
+        default=None,
+        ge=0,
+        description="Session document: weight of the BM25 of a memory's session read as one document, from "
+        "the server's hot index (0: off).",
+    )
     recall_rescore_weight: float | None = Field(
         default=None, ge=0, description="Re-score of the top 30 by their own BM25: its weight (0: off)."
     )
@@ -248,6 +254,7 @@ class Settings(BaseSettings):
             "prf_terms": self.recall_prf_terms,
             "prf_weight": self.recall_prf_weight,
             "session_weight": self.recall_session_weight,
+            "session_doc_weight": self.recall_session_doc_weight,
             "rescore_weight": self.recall_rescore_weight,
         }
         return {k: v for k, v in values.items() if v is not None}

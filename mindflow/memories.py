@@ -50,8 +50,8 @@ _DESIRED_SQL = """
                CASE WHEN n.status = 'archived' OR d.status = 'archived' THEN 'archived'
                     WHEN n.status = 'dead' THEN 'dead' WHEN d.status = 'dormant' THEN 'dormant'
                     ELSE n.status END AS status,
-               n.importance, n.episode_ts AS ts, n.cluster_id, n.source_episode_ids, n.pinned,
-               n.trigger,
+               n.importance, n.episode_ts AS ts, n.cluster_id, n.source_episode_ids,
+               e.session_id, n.pinned, n.trigger,
                [w.date for w in n.scene."when"] AS when_dates,
                [w.action for w in n.scene."when"] AS when_actions,
                n.scene.actors AS actors, n.scene.setting AS setting, n.scene.dialogue AS dialogue,
@@ -61,14 +61,15 @@ _DESIRED_SQL = """
                n.created_at, n.last_activated, n.reactivation_count
         FROM nodes n LEFT JOIN decay_scores d ON d.memory_ref = n.node_id
         LEFT JOIN memory_keys k ON k.node_id = n.node_id
+        LEFT JOIN episodes e ON e.being_id = n.being_id AND e.episode_id = n.source_episode_ids[1]
     )
     SELECT *, md5(to_json(m)::VARCHAR) AS row_hash FROM m
 """
 # What `_to_lance` writes; a table with other columns was written by an earlier version.
 COLUMNS = (
     "memory_ref", "being_id", "kind", "text", "search_text", "feeling", "themes", "status", "importance",
-    "ts", "cluster_id", "source_episode_ids", "pinned", "trigger", "when_dates", "when_actions", "actors",
-    "setting", "dialogue", "sensory", "decay_score", "decay_status", "created_at", "last_activated",
+    "ts", "cluster_id", "source_episode_ids", "session_id", "pinned", "trigger", "when_dates", "when_actions",
+    "actors", "setting", "dialogue", "sensory", "decay_score", "decay_status", "created_at", "last_activated",
     "reactivation_count", "vector",
 )  # fmt: skip
 # The column the full-text index covers: the text, then the memory's keys (mindflow/recall/keys.py).

@@ -1,5 +1,6 @@
-"""The ranking levers of RecallConfig (pseudo-relevance feedback, session score, re-score):
-off by default, and each one changes the ranking the way it says, alike from LanceDB and the hot index."""
+"""The ranking levers of RecallConfig (pseudo-relevance feedback, session score, session
+document, re-score): off by default, and each one changes the ranking the way it says, alike
+from LanceDB and the hot index (the session document: from the hot index only)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,25 @@ from dataclasses import replace
 from datetime import date, datetime, timedelta
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from mindflow import lance
 from mindflow.inbox import ingest
 from mindflow.memories import publish
 from mindflow.patrol import run_patrol
-from mindflow.recall import BeingIndex, RecallConfig, open_memories, primitives, recall, rerank, speakers
+from mindflow.recall import (
+    BeingIndex,
+    RecallConfig,
+    fulltext,
+    hot,
+    open_memories,
+    primitives,
+    recall,
+    rerank,
+    sessions,
+    speakers,
+)
 from mindflow.recall.feedback import expansion_terms
 
 T0 = datetime(2026, 10, 1, 9, 0)
@@ -47,6 +60,7 @@ def table(settings, con, embedder):
             "id": i,
             "ts": (T0 + timedelta(days=d, seconds=30 * n)).isoformat() + "Z",
             "speaker": SPEAKER[i],
+            "session_id": f"chat-{i[1]}",
             "role": "user",
             "text": t,
         }
@@ -78,6 +92,7 @@ def ask(table, embedder, query, config):
 def test_levers_are_off_by_default_but_time_and_speaker():
     config = RecallConfig()
     assert (config.prf_terms, config.session_weight, config.rescore_weight) == (0, 0.0, 0.0)
+    assert config.session_doc_weight == 0.0
     assert (config.time_weight, config.speaker_weight) == (0.2, 0.2)  # chosen by leave-one-out
 
 
@@ -98,6 +113,67 @@ def test_session_score_lifts_the_turns_of_the_session_that_matched(table, embedd
     lifted = ask(table, embedder, "budget review", config)
     gain = {ref: lifted[ref].parts["context"] - plain[ref].parts["context"] for ref in lifted}
     assert min(gain[r] for r in ("s2a", "s2b", "s2c")) > max(gain[r] for r in ("s1a", "s1b", "s1c"))
+
+
+def test_session_document_lifts_every_turn_of_the_session_whose_words_match(table, embedder):
+    # "puppy", "sofa" and "vet" are each in a different turn of chat-1: as one document the
+    # session holds all three, so each of its turns is lifted alike, and chat-2 not at all.
+    query = "puppy sofa vet"
+    vector = embedder.encode([query])[0]
+    columns = hot.index_columns(table.schema.names)  # as the server reads them
+    rows = primitives.filtered_rows(table, primitives.memory_filter("ada"), None, columns)
+    index = BeingIndex("ada", table.version, rows)
+    assert index.rows.column("session_id").to_pylist() == [f"chat-{r[0][1]}" for r in TURNS]
+
+    def from_index(config):
+        found = recall(
+            table, "ada", query, vector, k=6, config=config, now=T0 + timedelta(days=10), index=index
+        )
+        return {m.source_episode_ids[0]: m for m in found}
+
+    plain, lifted = from_index(BASE), from_index(replace(BASE, session_doc_weight=0.4))
+    gain = {ref: lifted[ref].parts["context"] - plain[ref].parts["context"] for ref in lifted}
+    assert [gain[r] for r in ("s1a", "s1b", "s1c")] == pytest.approx([0.4] * 3)  # the best session: 1.0
+    assert [gain.get(r, 0.0) for r in ("s2a", "s2b", "s2c")] == pytest.approx([0.0] * 3)
+    # Without a hot index a session's turns are not all at hand: the lever scores 0 there.
+    vector_only = replace(BASE, session_doc_weight=0.4)
+    from_lance = recall(table, "ada", query, vector, k=6, config=vector_only, now=T0 + timedelta(days=10))
+    assert {m.source_episode_ids[0]: m.parts["context"] for m in from_lance} == pytest.approx(
+        {ref: m.parts["context"] for ref, m in plain.items()}
+    )
+
+
+def test_session_document_is_the_bm25_of_the_sessions_texts_together():
+    texts = [
+        "We adopted a puppy",  # chat-1
+        "the budget review moved",  # chat-2
+        "puppy chewed the sofa",  # chat-1
+        "budget for a new laptop",  # no session id, one minute after the last: with the next
+        "the laptop arrived",  # no session id
+        "a puppy photo",  # no session id, two hours later: a session of its own
+        "puppy food",  # no session id and no time: alone
+    ]
+    ids = ["chat-1", "chat-2", "chat-1", None, None, None, None]
+    ts = np.array(
+        ["2026-10-01T09:00", "2026-10-01T09:01", "2026-10-01T09:02", "2026-10-01T09:03", "2026-10-01T09:04",
+         "2026-10-01T11:04", "NaT"],
+        dtype="datetime64[us]",
+    )  # fmt: skip
+    arrays = fulltext.build(texts)
+    grouped = sessions.group(pa.array(ids, pa.string()), ts, 3600, arrays.lengths)
+    assert grouped.of.tolist() == [0, 1, 0, 2, 2, 3, 4]
+    documents = [" ".join(t for t, s in zip(texts, grouped.of, strict=True) if s == n) for n in range(5)]
+    query = "puppy sofa laptop"
+    # The full-text index's BM25 over the sessions' texts put together, one document each.
+    hits, bm25 = fulltext.search(fulltext.build(documents), query, np.ones(5, bool), 5)
+    expected = np.zeros(5)
+    expected[hits] = bm25
+    assert sessions.text_scores(arrays, grouped, query) == pytest.approx(expected, rel=1e-5)
+    scores = sessions.document_scores(arrays, grouped, np.array([0, 3, -1, 6]), query)
+    best = expected.max()
+    assert scores == pytest.approx(
+        [expected[0] / best, expected[2] / best, 0.0, expected[4] / best], rel=1e-5
+    )
 
 
 def test_rescore_reorders_only_by_the_query_words(table, embedder):

@@ -84,6 +84,14 @@ def test_the_speaker_and_time_levers_come_from_the_settings(home):
     assert Settings(_env_file=None, recall_time_slack_days=1).recall_overrides() == {"time_slack_days": 1}
 
 
+def test_the_session_document_lever_comes_from_its_variable(monkeypatch):
+    monkeypatch.setenv("MINDFLOW_RECALL_SESSION_DOC_WEIGHT", "0.2")
+    assert Settings(_env_file=None).recall_overrides() == {"session_doc_weight": 0.2}
+    monkeypatch.setenv("MINDFLOW_RECALL_SESSION_DOC_WEIGHT", "-1")
+    with pytest.raises(ValueError, match="recall_session_doc_weight"):
+        Settings(_env_file=None)
+
+
 def test_the_weights_come_from_the_settings(home):
     both = _recalled(home)
     vector_only = _recalled(home, recall_text_weight=0)

@@ -64,6 +64,11 @@ class RecallConfig:
     # x its session's summed fused score (over the best session's). 0 turns it off.
     session_weight: float = 0.0
     session_gap_minutes: float = 60.0
+    # Session document (`sessions.document_scores`): each memory adds `session_doc_weight` x
+    # the BM25 of its session read as one document (its episodes' `session_id`; without one,
+    # the run with no pause over `session_gap_minutes`), over the best session's. From a hot
+    # index only (recall without one scores it 0). 0 turns it off.
+    session_doc_weight: float = 0.0
     # The time a query names (`timeframe.named_window`: "in May 2022", "on October 6", "last
     # week"): memories written within it, widened by `time_slack_days` each side, add
     # `time_weight` to their fused score. A query naming no time is unchanged. 0 turns it off.

@@ -35,11 +35,15 @@ from mindflow import lance
 from mindflow.inbox import validate_being_id
 from mindflow.memories import FULLTEXT_COLUMN, TABLE
 from mindflow.recall import fulltext, primitives
+from mindflow.recall import sessions as sessions_module
 from mindflow.recall.hot_files import HotFiles, IndexArrays
 from mindflow.recall.models import COLUMNS
 from mindflow.vectors import to_column
 
 log = logging.getLogger(__name__)
+
+# The memories' session (their first episode's `session_id`), which only the index reads.
+SESSION_COLUMN = "session_id"
 
 
 def _naive_us(value: datetime) -> np.datetime64:
@@ -137,7 +141,7 @@ def index_arrays(rows: pa.Table) -> IndexArrays:
         refs=refs,
         by_ref=by_ref,
         sorted_refs=refs[by_ref],
-        rows=rows.select(COLUMNS),
+        rows=rows.select([*COLUMNS, *([SESSION_COLUMN] if SESSION_COLUMN in rows.column_names else [])]),
     )
 
 
@@ -173,9 +177,22 @@ class BeingIndex:
         )  # fmt: skip
         self.dim = self.vectors.shape[1]
         self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None
+        self._sessions: dict[float, sessions_module.Sessions] = {}
 
     def __len__(self) -> int:
         return len(self.refs)
+
+    def sessions(self, gap_seconds: float) -> sessions_module.Sessions:
+        """The sessions of this index's memories (`sessions.group`), grouped at first use."""
+        found = self._sessions.get(gap_seconds)
+        if found is None:
+            if SESSION_COLUMN in self.rows.column_names:
+                ids = self.rows.column(SESSION_COLUMN)
+            else:  # an index of a table published before memories had it
+                ids = pa.nulls(len(self), pa.string())
+            found = sessions_module.group(ids, self.ts, gap_seconds, self.text.lengths)
+            self._sessions[gap_seconds] = found  # computed twice at worst, never half
+        return found
 
     def mask(
         self,
@@ -246,6 +263,14 @@ class BeingIndex:
         found = self._sorted_refs[at] == wanted
         return self._by_ref[at[found]].astype(np.int64)
 
+    def positions_or_missing(self, refs: list[str]) -> np.ndarray:
+        """Each ref's position, in the order given; -1 for a ref this index does not hold."""
+        wanted = np.array(list(refs), dtype=str)
+        if len(wanted) == 0 or len(self) == 0:
+            return np.full(len(wanted), -1, dtype=np.int64)
+        at = np.searchsorted(self._sorted_refs, wanted).clip(max=len(self) - 1)
+        return np.where(self._sorted_refs[at] == wanted, self._by_ref[at], -1).astype(np.int64)
+
     def rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
         """These memories as rows of `columns`, with `vector` as LanceDB returns it."""
         index = pa.array(positions, type=pa.int64())
@@ -263,8 +288,14 @@ def _recallable(table, being_id: str) -> pa.Table:
     the full-text document."""
     where = primitives.memory_filter(being_id, statuses=primitives.RECALLABLE)
     names = lance.run_async(table.schema()).names
-    columns = [*primitives.ALL_COLUMNS, *([FULLTEXT_COLUMN] if FULLTEXT_COLUMN in names else [])]
-    return lance.run_async(table.query().where(where).select(columns).to_arrow())
+    return lance.run_async(table.query().where(where).select(index_columns(names)).to_arrow())
+
+
+def index_columns(names: list[str]) -> list[str]:
+    """What an index reads of a table with these columns: every column recall reads, the
+    full-text document and the memories' sessions (`sessions.group`), the last two where the
+    table has them (one published by an earlier version has neither until it is rewritten)."""
+    return [*primitives.ALL_COLUMNS, *(c for c in (FULLTEXT_COLUMN, SESSION_COLUMN) if c in names)]
 
 
 def write_index(lance_path, being_id: str, version: int, stamp: int, root: Path, max_rows: int) -> int:

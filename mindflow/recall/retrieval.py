@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from mindflow.recall import fulltext, primitives
+from mindflow.recall import fulltext, primitives, sessions
 from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import COLUMNS
 
@@ -36,6 +36,11 @@ class LanceRetrieval:
 
     def by_ref(self, refs: list[str]) -> pa.Table:
         return primitives.rows_by_ref(self.table, self.where, refs)
+
+    def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
+        """Each ref's session score (`sessions.document_scores`); 0 here: a session's turns are
+        read whole only from a hot index."""
+        return np.zeros(len(refs))
 
 
 class HotRetrieval(LanceRetrieval):
@@ -83,6 +88,13 @@ class HotRetrieval(LanceRetrieval):
         positions = self.index.positions(refs)
         return self.index.rows_at(positions[self.keep[positions]], COLUMNS)
 
+    def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
+        # Every turn of a session counts, those the request's filters hide too: the session
+        # is what the conversation was, not what this request may be shown of it.
+        return sessions.document_scores(
+            self.index.text, self.index.sessions(gap_seconds), self.index.positions_or_missing(refs), query
+        )
+
 
 class EmptyRetrieval:
     """Nothing published yet (no table, or none of the being's memories is recallable)."""
@@ -98,6 +110,9 @@ class EmptyRetrieval:
 
     def by_ref(self, refs: list[str]) -> None:
         return None
+
+    def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
+        return np.zeros(len(refs))
 
 
 class FreshRetrieval:
@@ -183,6 +198,10 @@ class FreshRetrieval:
         named = set(also)
         near |= np.array([r in named for r in self.refs], dtype=bool)
         return self._merged(published, np.flatnonzero(near), {}, [*COLUMNS, "vector"])
+
+    def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
+        # A fresh memory's session is not in the index yet: scored 0, as recall without one.
+        return self.published.session_documents(query, refs, gap_seconds)
 
     def by_ref(self, refs: list[str]) -> pa.Table | None:
         published = self.published.by_ref(refs)

@@ -162,6 +162,11 @@ def recall(
         ts = pool.column("ts").to_numpy()
         session = rerank.session_score(fused + context, ts, 60.0 * config.session_gap_minutes)
         context = context + config.session_weight * session
+    if config.session_doc_weight > 0:
+        # After the context lift, as the session score: a session's turns are one another's
+        # neighbours, and the lift would count the same session twice.
+        documents = source.session_documents(query, refs, 60.0 * config.session_gap_minutes)
+        context = context + config.session_doc_weight * documents
     named = np.zeros(len(refs))
     if config.speaker_weight > 0:
         # Added after the context lift: a turn's lift from its neighbour must not carry the

@@ -1,0 +1,107 @@
+"""The session-document score: a session's turns read as one document.
+
+A question about one conversation ("what did they decide about the trip?") often shares
+its words with the conversation as a whole more than with the one turn that answers it:
+the words are spread over several turns. Each session of a being's memories is scored as
+one document (BM25 over the session's words, the being's sessions as the statistics), and
+that score, over the best session's, is mixed into each of its turns'
+(`RecallConfig.session_doc_weight`). The cosine of a session's mean vector was measured
+beside it and scored lower (README, "Recall quality").
+
+A memory's session is its episode's `session_id`; a memory without one is a session of
+its own. The scores need every turn of a session, so they come from a being's hot index
+(the server's); recall without one leaves them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mindflow.recall import fulltext
+from mindflow.recall.primitives import BM25_B, BM25_K1, sanitize_fts_query
+
+
+@dataclass
+class Sessions:
+    """Which session each memory of an index is in (`of`, by position), and each session's
+    length in words (its memories' together)."""
+
+    of: np.ndarray  # int64, one per memory
+    lengths: np.ndarray  # float64, one per session
+
+    @property
+    def count(self) -> int:
+        return len(self.lengths)
+
+
+def group(
+    session_ids: pa.ChunkedArray | pa.Array, ts: np.ndarray, gap_seconds: float, word_lengths: np.ndarray
+) -> Sessions:
+    """The sessions of an index's memories (position i = memory i, in time order): their
+    `session_id`; a memory without one is in the run of memories around it without a pause
+    over `gap_seconds`, and one without a time too is a session of its own."""
+    n = len(session_ids)
+    if n == 0:
+        return Sessions(np.zeros(0, np.int64), np.zeros(0))
+    if isinstance(session_ids, pa.ChunkedArray):
+        session_ids = session_ids.combine_chunks()
+    codes = pc.dictionary_encode(session_ids)
+    known = codes.indices.is_valid().to_numpy(zero_copy_only=False)
+    named = len(codes.dictionary)
+    of = np.empty(n, dtype=np.int64)
+    of[known] = codes.indices.to_numpy(zero_copy_only=False)[known]
+    stamps = np.asarray(ts, dtype="datetime64[us]")
+    timed = ~known & ~np.isnat(stamps)
+    if timed.any():
+        # Runs over the timed memories without a session id, in time order (the index's).
+        seconds = stamps[timed].astype(np.int64) / 1e6
+        runs = np.cumsum(np.concatenate([[True], np.diff(seconds) > gap_seconds])) - 1
+        of[timed] = named + runs
+        named += int(runs[-1]) + 1
+    alone = ~known & ~timed
+    of[alone] = named + np.arange(int(alone.sum()))
+    count = named + int(alone.sum())
+    lengths = np.bincount(of, weights=np.asarray(word_lengths, dtype=np.float64), minlength=count)
+    return Sessions(of, lengths)
+
+
+def text_scores(text: fulltext.TextArrays, sessions: Sessions, query: str) -> np.ndarray:
+    """BM25 of every session as one document (its memories' words together) for the query."""
+    scores = np.zeros(sessions.count, dtype=np.float64)
+    words = list(dict.fromkeys(fulltext.terms(sanitize_fts_query(query))))
+    if not words or not sessions.count or not len(text.vocabulary):
+        return scores
+    average = max(float(sessions.lengths.mean()), 1.0)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * sessions.lengths / average)
+    found = np.searchsorted(text.vocabulary, words)
+    for word, i in zip(words, found.tolist(), strict=True):
+        if i >= len(text.vocabulary) or text.vocabulary[i] != word:
+            continue
+        start, end = int(text.starts[i]), int(text.starts[i + 1])
+        tf = np.bincount(
+            sessions.of[text.positions[start:end]], weights=text.counts[start:end], minlength=sessions.count
+        )
+        held = np.flatnonzero(tf)
+        idf = np.log(1 + (sessions.count - len(held) + 0.5) / (len(held) + 0.5))
+        scores[held] += idf * tf[held] * (BM25_K1 + 1) / (tf[held] + norm[held])
+    return scores
+
+
+def document_scores(
+    text: fulltext.TextArrays, sessions: Sessions, positions: np.ndarray, query: str
+) -> np.ndarray:
+    """For the memories at `positions` (-1: not in the index, scored 0), their session's BM25
+    as one document, over the best session's (0 to 1)."""
+    out = np.zeros(len(positions), dtype=np.float64)
+    inside = positions >= 0
+    if not inside.any():
+        return out
+    scores = text_scores(text, sessions, query)
+    best = float(scores.max()) if len(scores) else 0.0
+    if best > 0:
+        out[inside] = scores[sessions.of[positions[inside]]] / best
+    return out
