@@ -263,14 +263,6 @@ class BeingIndex:
         found = self._sorted_refs[at] == wanted
         return self._by_ref[at[found]].astype(np.int64)
 
-    def positions_or_missing(self, refs: list[str]) -> np.ndarray:
-        """Each ref's position, in the order given; -1 for a ref this index does not hold."""
-        wanted = np.array(list(refs), dtype=str)
-        if len(wanted) == 0 or len(self) == 0:
-            return np.full(len(wanted), -1, dtype=np.int64)
-        at = np.searchsorted(self._sorted_refs, wanted).clip(max=len(self) - 1)
-        return np.where(self._sorted_refs[at] == wanted, self._by_ref[at], -1).astype(np.int64)
-
     def rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
         """These memories as rows of `columns`, with `vector` as LanceDB returns it."""
         index = pa.array(positions, type=pa.int64())

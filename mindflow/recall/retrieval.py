@@ -51,10 +51,26 @@ class HotRetrieval(LanceRetrieval):
         self.index = index
         self.keep = keep
         self.own_text = own_text  # full text from the index's postings, not from LanceDB
+        self._read: list[tuple[np.ndarray, pa.Table]] = []  # (positions, their rows) read so far
+
+    def _rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
+        rows = self.index.rows_at(positions, columns)
+        self._read.append((positions, rows))
+        return rows
+
+    def _positions_of(self, refs: list[str]) -> np.ndarray:
+        """The index positions of refs this request read (-1 for others, such as fresh ones).
+
+        From what was read, not by a search of the index's sorted refs: after the scan has
+        swept the caches, that binary search costs ~0.5 ms for a pool of 400 at 100,000."""
+        at: dict[str, int] = {}
+        for positions, rows in self._read:
+            at.update(zip(rows.column("memory_ref").to_pylist(), positions.tolist(), strict=True))
+        return np.array([at.get(ref, -1) for ref in refs], dtype=np.int64)
 
     def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table:
         positions, cosine = self.index.nearest(vector, self.keep, limit)
-        found = self.index.rows_at(positions, columns)
+        found = self._rows_at(positions, columns)
         return found.append_column("cosine", pa.array(cosine.astype(np.float64)))
 
     def text(self, query: str, limit: int, columns: list[str]) -> pa.Table | None:
@@ -62,7 +78,7 @@ class HotRetrieval(LanceRetrieval):
             positions, scores = fulltext.search(self.index.text, query, self.keep, limit)
             if not len(positions):
                 return None
-            rows = self.index.rows_at(positions, columns)
+            rows = self._rows_at(positions, columns)
             return rows.append_column("_score", pa.array(scores, type=pa.float32()))
         table = self.index.snapshot if self.index.snapshot is not None else self.table
         found = primitives.text_candidates(table, query, self.where, limit, ["memory_ref"])
@@ -74,7 +90,7 @@ class HotRetrieval(LanceRetrieval):
         scores = dict(zip(refs, found.column("_score").to_pylist(), strict=True))
         positions = self.index.positions(scores)
         positions = positions[self.keep[positions]]
-        rows = self.index.rows_at(positions, columns)
+        rows = self._rows_at(positions, columns)
         ordered = [scores[str(self.index.refs[p])] for p in positions]
         return rows.append_column("_score", pa.array(ordered, type=pa.float32()))
 
@@ -82,7 +98,7 @@ class HotRetrieval(LanceRetrieval):
         # `columns` only: the chosen memories' rows are a cheap read by position (`by_ref`).
         if not spans and not also:
             return None
-        return self.index.rows_at(self.index.around(spans, self.keep, limit, also), columns)
+        return self._rows_at(self.index.around(spans, self.keep, limit, also), columns)
 
     def by_ref(self, refs: list[str]) -> pa.Table:
         positions = self.index.positions(refs)
@@ -92,7 +108,7 @@ class HotRetrieval(LanceRetrieval):
         # Every turn of a session counts, those the request's filters hide too: the session
         # is what the conversation was, not what this request may be shown of it.
         return sessions.document_scores(
-            self.index.text, self.index.sessions(gap_seconds), self.index.positions_or_missing(refs), query
+            self.index.text, self.index.sessions(gap_seconds), self._positions_of(refs), query
         )
 
 
