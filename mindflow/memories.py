@@ -133,13 +133,16 @@ def open_current(con: duckdb.DuckDBPyConnection, db):
     """The `memories` table, or None; a table with an earlier version's columns is dropped and
     `published_memories` cleared, so the publish that follows writes every memory again."""
     table = lance.open_table(db, TABLE)
+    if table is None:
+        # Without a table nothing is published, whatever `published_memories` says (a process
+        # killed between the drop below and its clearing, or a table removed by hand).
+        con.execute("DELETE FROM published_memories")
+        return None, False
     # Before migration 9, dialogue and sensory were one string each.
-    if table is None or (
-        tuple(table.schema.names) == COLUMNS and pa.types.is_list(table.schema.field("dialogue").type)
-    ):
+    if tuple(table.schema.names) == COLUMNS and pa.types.is_list(table.schema.field("dialogue").type):
         return table, False
-    db.drop_table(TABLE)
     con.execute("DELETE FROM published_memories")
+    db.drop_table(TABLE)
     return None, True
 
 

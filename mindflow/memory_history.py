@@ -57,10 +57,15 @@ class HistoryReport:
 def open_current(con: duckdb.DuckDBPyConnection, db):
     """The table, or None; one with other columns is dropped and `published_history` cleared."""
     table = lance.open_table(db, TABLE)
-    if table is None or table.schema.names == SCHEMA.names:
+    if table is None:
+        # Without a table nothing is published, whatever `published_history` says (a process
+        # killed between the drop below and its clearing, or a table removed by hand).
+        con.execute("DELETE FROM published_history")
+        return None, False
+    if table.schema.names == SCHEMA.names:
         return table, False
-    db.drop_table(TABLE)
     con.execute("DELETE FROM published_history")
+    db.drop_table(TABLE)
     return None, True
 
 

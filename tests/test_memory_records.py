@@ -23,7 +23,7 @@ import pytest
 from llm_server import LLMServer, _nodes, _system, fake_model
 from typer.testing import CliRunner
 
-from mindflow import lance, memories, store
+from mindflow import lance, memories, memory_history, store
 from mindflow.api import create_app
 from mindflow.api.server import BackgroundServer
 from mindflow.client import AsyncMindflowClient, MindflowClient, MindflowClientError
@@ -499,6 +499,26 @@ def test_a_table_of_the_earlier_schema_is_written_again(settings, con, embedder)
     table = lancedb.connect(str(settings.lance_path)).open_table(memories.TABLE)
     assert tuple(table.schema.names) == memories.COLUMNS and table.count_rows() == nodes
     assert not memories.publish(con, db).rebuilt
+
+
+def test_a_publish_killed_between_the_drop_and_its_bookkeeping_loses_nothing(settings, con, embedder):
+    # A rebuild drops the tables and clears what they record as published. Killed in between,
+    # the next publish must find nothing published, not a record of rows no table holds.
+    shutil.copytree(
+        Path(__file__).parent.parent / "data" / "samples" / "inbox" / "bram", settings.inbox / "bram"
+    )
+    ingest(con, settings.inbox, date(2026, 1, 1), date(2026, 12, 31))
+    run_patrol(con, "bram", embedder, now=datetime(2026, 11, 1))
+    db = lance.connect(settings.lance_path)
+    first = memories.publish(con, db)
+    history_rows = first.history.appended
+    assert first.upserted == first.rows > 0 and history_rows > 0
+    for table in (memories.TABLE, memory_history.TABLE):
+        db.drop_table(table)  # the bookkeeping in DuckDB still says every row is published
+    again = memories.publish(con, db)
+    assert again.upserted == again.rows == first.rows
+    assert again.history.appended == history_rows
+    assert lance.open_table(db, memory_history.TABLE).count_rows() == history_rows
 
 
 def test_migration_7_adds_the_actor_and_formed_rows(con):
