@@ -115,32 +115,55 @@ def test_session_score_lifts_the_turns_of_the_session_that_matched(table, embedd
     assert min(gain[r] for r in ("s2a", "s2b", "s2c")) > max(gain[r] for r in ("s1a", "s1b", "s1c"))
 
 
+def _session_index(table) -> BeingIndex:
+    columns = hot.index_columns(table.schema.names)  # as the server reads them
+    rows = primitives.filtered_rows(table, primitives.memory_filter("ada"), None, columns)
+    return BeingIndex("ada", table.version, rows)
+
+
+def _gains(table, embedder, index, query: str, exclude=()) -> dict[str, float]:
+    """What the session document (weight 0.4) adds to each memory recalled from the index."""
+    vector = embedder.encode([query])[0]
+
+    def from_index(config):
+        found = recall(
+            table, "ada", query, vector, k=6, config=config, now=T0 + timedelta(days=10), index=index,
+            exclude_refs=list(exclude),
+        )  # fmt: skip
+        return {m.source_episode_ids[0]: m for m in found}
+
+    plain, lifted = from_index(BASE), from_index(replace(BASE, session_doc_weight=0.4))
+    return {ref: lifted[ref].parts["context"] - plain[ref].parts["context"] for ref in lifted}
+
+
 def test_session_document_lifts_every_turn_of_the_session_whose_words_match(table, embedder):
     # "puppy", "sofa" and "vet" are each in a different turn of chat-1: as one document the
     # session holds all three, so each of its turns is lifted alike, and chat-2 not at all.
     query = "puppy sofa vet"
-    vector = embedder.encode([query])[0]
-    columns = hot.index_columns(table.schema.names)  # as the server reads them
-    rows = primitives.filtered_rows(table, primitives.memory_filter("ada"), None, columns)
-    index = BeingIndex("ada", table.version, rows)
+    index = _session_index(table)
     assert index.rows.column("session_id").to_pylist() == [f"chat-{r[0][1]}" for r in TURNS]
-
-    def from_index(config):
-        found = recall(
-            table, "ada", query, vector, k=6, config=config, now=T0 + timedelta(days=10), index=index
-        )
-        return {m.source_episode_ids[0]: m for m in found}
-
-    plain, lifted = from_index(BASE), from_index(replace(BASE, session_doc_weight=0.4))
-    gain = {ref: lifted[ref].parts["context"] - plain[ref].parts["context"] for ref in lifted}
+    gain = _gains(table, embedder, index, query)
     assert [gain[r] for r in ("s1a", "s1b", "s1c")] == pytest.approx([0.4] * 3)  # the best session: 1.0
     assert [gain.get(r, 0.0) for r in ("s2a", "s2b", "s2c")] == pytest.approx([0.0] * 3)
     # Without a hot index a session's turns are not all at hand: the lever scores 0 there.
-    vector_only = replace(BASE, session_doc_weight=0.4)
-    from_lance = recall(table, "ada", query, vector, k=6, config=vector_only, now=T0 + timedelta(days=10))
+    vector = embedder.encode([query])[0]
+    plain = recall(table, "ada", query, vector, k=6, config=BASE, now=T0 + timedelta(days=10))
+    lever = replace(BASE, session_doc_weight=0.4)
+    from_lance = recall(table, "ada", query, vector, k=6, config=lever, now=T0 + timedelta(days=10))
     assert {m.source_episode_ids[0]: m.parts["context"] for m in from_lance} == pytest.approx(
-        {ref: m.parts["context"] for ref, m in plain.items()}
+        {m.source_episode_ids[0]: m.parts["context"] for m in plain}
     )
+
+
+def test_a_memory_the_request_may_not_see_lends_its_session_no_words(table, embedder):
+    # Only s1b says "sofa" and "cushions": hidden (forgotten, say), chat-1 holds neither.
+    index = _session_index(table)
+    gain = _gains(table, embedder, index, "sofa cushions")
+    assert gain["s1a"] == pytest.approx(0.4)
+    hidden = str(index.refs[1])  # s1b, second in time
+    assert index.rows.column("source_episode_ids")[1].as_py() == ["s1b"]
+    gain = _gains(table, embedder, index, "sofa cushions", exclude=[hidden])
+    assert "s1b" not in gain and gain and all(g == pytest.approx(0.0) for g in gain.values())
 
 
 def test_session_document_is_the_bm25_of_the_sessions_texts_together():

@@ -105,10 +105,9 @@ class HotRetrieval(LanceRetrieval):
         return self.index.rows_at(positions[self.keep[positions]], COLUMNS)
 
     def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
-        # Every turn of a session counts, those the request's filters hide too: the session
-        # is what the conversation was, not what this request may be shown of it.
+        # Only the turns the request may see lend their words: a forgotten one none.
         return sessions.document_scores(
-            self.index.text, self.index.sessions(gap_seconds), self._positions_of(refs), query
+            self.index.text, self.index.sessions(gap_seconds), self._positions_of(refs), query, self.keep
         )
 
 

@@ -69,8 +69,14 @@ def group(
     return Sessions(of, lengths)
 
 
-def text_scores(text: fulltext.TextArrays, sessions: Sessions, query: str) -> np.ndarray:
-    """BM25 of every session as one document (its memories' words together) for the query."""
+def text_scores(
+    text: fulltext.TextArrays, sessions: Sessions, query: str, keep: np.ndarray | None = None
+) -> np.ndarray:
+    """BM25 of every session as one document (its memories' words together) for the query.
+
+    With `keep`, only the memories it allows lend their words: one the request may not see (a
+    forgotten one) adds nothing to its session. The lengths stay the whole sessions' (counting
+    them again per request would cost a pass over every memory)."""
     scores = np.zeros(sessions.count, dtype=np.float64)
     words = list(dict.fromkeys(fulltext.terms(sanitize_fts_query(query))))
     if not words or not sessions.count or not len(text.vocabulary):
@@ -82,9 +88,11 @@ def text_scores(text: fulltext.TextArrays, sessions: Sessions, query: str) -> np
         if i >= len(text.vocabulary) or text.vocabulary[i] != word:
             continue
         start, end = int(text.starts[i]), int(text.starts[i + 1])
-        tf = np.bincount(
-            sessions.of[text.positions[start:end]], weights=text.counts[start:end], minlength=sessions.count
-        )
+        docs, counts = text.positions[start:end], text.counts[start:end]
+        if keep is not None:
+            seen = keep[docs]
+            docs, counts = docs[seen], counts[seen]
+        tf = np.bincount(sessions.of[docs], weights=counts, minlength=sessions.count)
         held = np.flatnonzero(tf)
         idf = np.log(1 + (sessions.count - len(held) + 0.5) / (len(held) + 0.5))
         scores[held] += idf * tf[held] * (BM25_K1 + 1) / (tf[held] + norm[held])
@@ -92,15 +100,19 @@ def text_scores(text: fulltext.TextArrays, sessions: Sessions, query: str) -> np
 
 
 def document_scores(
-    text: fulltext.TextArrays, sessions: Sessions, positions: np.ndarray, query: str
+    text: fulltext.TextArrays,
+    sessions: Sessions,
+    positions: np.ndarray,
+    query: str,
+    keep: np.ndarray | None = None,
 ) -> np.ndarray:
     """For the memories at `positions` (-1: not in the index, scored 0), their session's BM25
-    as one document, over the best session's (0 to 1)."""
+    as one document (of the memories `keep` allows), over the best session's (0 to 1)."""
     out = np.zeros(len(positions), dtype=np.float64)
     inside = positions >= 0
     if not inside.any():
         return out
-    scores = text_scores(text, sessions, query)
+    scores = text_scores(text, sessions, query, keep)
     best = float(scores.max()) if len(scores) else 0.0
     if best > 0:
         out[inside] = scores[sessions.of[positions[inside]]] / best
