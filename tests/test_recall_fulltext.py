@@ -75,3 +75,35 @@ def test_an_empty_index_and_unknown_words():
     assert fulltext.search(empty, "anything", np.zeros(0, dtype=bool), 5)[0].tolist() == []
     arrays = fulltext.build(["hello world"])
     assert fulltext.search(arrays, "nothing here", np.ones(1, dtype=bool), 5)[0].tolist() == []
+
+
+def test_bm25_of_texts_outside_the_index_is_the_index_s_own(texts):
+    # A fresh memory's BM25 (primitives.bm25 over its words) counts words as the index does:
+    # over the same texts, the same hits and scores, stemming included.
+    from mindflow.recall import primitives
+
+    arrays = fulltext.build(texts)
+    keep = np.ones(len(texts), dtype=bool)
+    counts = primitives.term_counts(texts)
+    assert arrays.lengths.tolist() == [sum(c.values()) for c in counts]
+    for query in QUERIES:
+        positions, scores = fulltext.search(arrays, query, keep, 50)
+        outside = primitives.bm25(query, counts, len(texts))
+        assert np.flatnonzero(outside).tolist() == sorted(positions.tolist()), query
+        assert outside[positions] == pytest.approx(scores, rel=1e-5), query
+
+
+def test_frequencies_from_the_postings_are_the_texts_counts(texts):
+    from mindflow.recall import primitives
+
+    arrays = fulltext.build(texts)
+    words = primitives.query_terms("camping children research zzz adoption")
+    assert words == ["camp", "children", "research", "zzz", "adopt"]
+    positions = np.array([0, 1, 3, -1, 13, 29])
+    tf = fulltext.frequencies(arrays, words, positions)
+    inside = [p for p in positions.tolist() if p >= 0]
+    expected, _ = primitives.frequencies(words, primitives.term_counts([texts[p] for p in inside]))
+    assert tf[:, positions >= 0].tolist() == expected.tolist()
+    assert tf[:, 3].tolist() == [0.0] * len(words)  # not in the index
+    assert tf[0, :2].tolist() == [1.0, 1.0]  # "camping" and "camped"
+    assert fulltext.frequencies(fulltext.build([]), words, np.array([-1])).tolist() == [[0.0]] * len(words)

@@ -276,6 +276,39 @@ def test_session_score_by_hand():
 
 def test_local_bm25_discounts_a_word_every_candidate_shares():
     texts = ["Lena went hiking", "Lena went to pottery class", "Lena cooked"]
-    scores = rerank.local_bm25("Lena pottery", texts)
+    counts = primitives.term_counts(texts)
+    scores = rerank.local_bm25(*primitives.frequencies(primitives.query_terms("Lena pottery"), counts))
     assert scores.argmax() == 1 and scores.max() == pytest.approx(1.0)
     assert max(scores[0], scores[2]) < 0.25  # "lena" alone: every text holds it
+
+
+def test_counts_from_the_hot_index_are_those_of_the_texts(table, embedder):
+    # PRF and the re-score count a hot index's candidates from its postings, and LanceDB's from
+    # their texts: the same counts. A fresh memory is counted from the tail's own counts.
+    from mindflow.recall.retrieval import FreshRetrieval, HotRetrieval, LanceRetrieval
+
+    index = _session_index(table)
+    where = primitives.memory_filter("ada")
+    hot_source = HotRetrieval(table, where, index, index.mask())
+    vector = embedder.encode(["puppy"])[0]
+    found = hot_source.vector(vector, 6, ["memory_ref", "text"])
+    words = primitives.query_terms("puppy chewing cushions budget")
+    tf, lengths = hot_source.term_frequencies(words, found.select(["memory_ref"]))
+    expected_tf, expected_lengths = LanceRetrieval(table, where).term_frequencies(words, found)
+    assert tf.tolist() == expected_tf.tolist() and lengths.tolist() == expected_lengths.tolist()
+    assert tf.sum() > 0
+    assert hot_source.texts(found.select(["memory_ref"])) == found.column("text").to_pylist()
+
+    row = primitives.filtered_rows(table, where, 1).to_pylist()[0]
+    fresh_rows = pa.Table.from_pylist(
+        [{**row, "memory_ref": "fresh-1", "text": "The puppies chewed a cushion"}],
+        schema=primitives.filtered_rows(table, where, 1).schema,
+    )
+    both = FreshRetrieval(HotRetrieval(table, where, index, index.mask()), fresh_rows, corpus=len(index))
+    pool = both.vector(vector, 7, ["memory_ref"])
+    tf, lengths = both.term_frequencies(words, pool)
+    at = pool.column("memory_ref").to_pylist().index("fresh-1")
+    assert tf[:, at].tolist() == [1.0, 1.0, 1.0, 0.0] and lengths[at] == 3  # stemmed, "the" and "a" out
+    assert both.texts(pool)[at] == "The puppies chewed a cushion"
+    others = pool.take([i for i in range(pool.num_rows) if i != at])
+    assert np.delete(tf, at, axis=1).tolist() == both.published.term_frequencies(words, others)[0].tolist()

@@ -8,7 +8,8 @@ from mindflow.recall import primitives
 
 
 def expansion_terms(query: str, texts: list[str], n: int) -> list[str]:
-    """The `n` words held by most of `texts` (at least two of them), the query's own words left out.
+    """The `n` terms (`analysis.terms`) held by most of `texts` (at least two of them), the query's
+    own left out.
 
     The best candidates of a question tend to share the words of its answer's topic
     ("pottery", "kiln") that the question itself does not use; ties go to the word
@@ -16,7 +17,7 @@ def expansion_terms(query: str, texts: list[str], n: int) -> list[str]:
     """
     if n <= 0 or len(texts) < 2:
         return []
-    asked = set(primitives.fts_terms(query))
+    asked = set(primitives.query_terms(query))
     held: Counter = Counter()
     used: Counter = Counter()
     for counts in primitives.term_counts(texts):

@@ -6,12 +6,9 @@ several clients that CPU is what caps requests per second. The hot index already
 being's texts at one table version, so it holds their postings too: one numpy pass per query
 word (0.27 ms in all, measured over 450 queries).
 
-The analysis is the full-text index's (`lancedb.index.FTS` defaults): its simple tokenizer,
-lower case and ASCII folding (`primitives.fts_tokens`), its English Snowball stemmer (the
-`snowballstemmer` package implements the same Porter2 algorithm), then its English stop
-words, which it checks on the stemmed word (so "was" is dropped and "does", stemmed "doe",
-is kept: found by asking LanceDB's index word by word). The scores are BM25 with the same k1,
-b and idf; tests/test_recall_fulltext.py checks hits and scores against LanceDB's index.
+The analysis is the full-text index's (`mindflow.recall.analysis`) and the scores are BM25
+with the same k1, b and idf; tests/test_recall_fulltext.py checks hits and scores against
+LanceDB's index.
 
 The statistics are the being's own memories (LanceDB's are the whole table's, every being's):
 a word common in this being's memories weighs less here, which is what its recall is about.
@@ -25,43 +22,11 @@ Everything is a flat numpy array (`TextArrays`), so server workers map one copy 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
-from mindflow.recall.primitives import BM25_B, BM25_K1, fts_tokens, sanitize_fts_query
-
-
-@lru_cache(maxsize=1)
-def _stemmer():
-    import snowballstemmer
-
-    return snowballstemmer.stemmer("english")
-
-
-# The English stop words of the full-text index (NLTK's list, as LanceDB's tokenizer has it).
-STOP_WORDS = frozenset(
-    """i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
-    she her hers herself it its itself they them their theirs themselves what which who whom this
-    that these those am is are was were be been being have has had having do does did doing a an
-    the and but if or because as until while of at by for with about against between into through
-    during before after above below to from up down in out on off over under again further then
-    once here there when where why how all any both each few more most other some such no nor not
-    only own same so than too very s t can will just don should now d ll m o re ve y ain aren couldn
-    didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn""".split()
-)
-
-
-@lru_cache(maxsize=500_000)
-def term(token: str) -> str:
-    """A token's term: stemmed, "" for a stop word (checked after stemming, as LanceDB does)."""
-    stemmed = _stemmer().stemWord(token)
-    return "" if stemmed in STOP_WORDS else stemmed
-
-
-def terms(text: str) -> list[str]:
-    """A text's words as the full-text index keeps them: tokens, stemmed, stop words out."""
-    return [t for t in map(term, fts_tokens(text)) if t]
+from mindflow.recall.analysis import terms
+from mindflow.recall.primitives import BM25_B, BM25_K1, query_terms
 
 
 @dataclass
@@ -109,7 +74,7 @@ def build(texts: list[str]) -> TextArrays:
 def search(arrays: TextArrays, query: str, keep: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
     """(positions, BM25) of the `limit` best memories that hold a word of `query`, among those
     `keep` allows, best first."""
-    words = list(dict.fromkeys(terms(sanitize_fts_query(query))))
+    words = query_terms(query)
     n = len(arrays.lengths)
     if not words or not n or not len(arrays.vocabulary):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
@@ -130,3 +95,23 @@ def search(arrays: TextArrays, query: str, keep: np.ndarray, limit: int) -> tupl
         hits = hits[np.argpartition(-scores[hits], limit - 1)[:limit]]
     hits = hits[np.argsort(-scores[hits], kind="stable")]
     return hits, scores[hits]
+
+
+def frequencies(arrays: TextArrays, words: list[str], positions: np.ndarray) -> np.ndarray:
+    """How often each of `words` (terms) is in the memories at `positions`: words x positions,
+    0 at a position of -1 (a memory the index does not hold)."""
+    tf = np.zeros((len(words), len(positions)), dtype=np.float64)
+    inside = np.flatnonzero(positions >= 0)
+    if not len(words) or not len(inside) or not len(arrays.vocabulary):
+        return tf
+    at = positions[inside]
+    found = np.searchsorted(arrays.vocabulary, words)
+    for row, (word, i) in enumerate(zip(words, found.tolist(), strict=True)):
+        if i >= len(arrays.vocabulary) or arrays.vocabulary[i] != word:
+            continue
+        start, end = int(arrays.starts[i]), int(arrays.starts[i + 1])
+        docs = arrays.positions[start:end]  # ascending: the postings are sorted by word, then memory
+        j = np.searchsorted(docs, at).clip(max=end - start - 1)
+        hit = docs[j] == at
+        tf[row, inside[hit]] = arrays.counts[start:end][j[hit]]
+    return tf

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -15,6 +14,7 @@ import pyarrow as pa
 from mindflow import lance
 from mindflow.inbox import validate_being_id
 from mindflow.memories import TABLE
+from mindflow.recall.analysis import fts_tokens, terms
 from mindflow.recall.models import COLUMNS
 from mindflow.vectors import to_matrix
 
@@ -161,68 +161,69 @@ def rows_around(
     return filtered_rows(table, lance.all_of(where, " OR ".join(wanted)), limit + len(also), columns)
 
 
-# The full-text index's analysis (lancedb.index.FTS defaults: simple tokenizer, lower case,
-# ASCII folding, English stop words), for texts not in the index yet (the fresh tail). Its
-# stemming is not repeated: a fresh memory matches a query's words as written, and by meaning
-# through its vector.
+# Words as written, for matching a query's words with the names of speakers (`speakers`):
+# a name is matched as it is spelt, not by its stem, and only words no name is are dropped.
 _STOP_WORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their then "
     "there these they this to was will with".split()
 )
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 BM25_K1, BM25_B = 1.2, 0.75
-
-
-def fts_tokens(text: str) -> list[str]:
-    """A text's words as the full-text index's simple tokenizer splits them, lower case, ASCII-folded."""
-    text = (text or "").lower()
-    # Most texts are ASCII: nothing to fold (the per-character pass is most of the cost).
-    folded = (
-        text
-        if text.isascii()
-        else "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
-    )
-    return [w for w in _TOKEN.findall(folded) if len(w) <= 40]
 
 
 def fts_terms(text: str) -> list[str]:
     return [w for w in fts_tokens(text) if w not in _STOP_WORDS]
 
 
+def query_terms(query: str) -> list[str]:
+    """The distinct words of a query as the full-text index searches for them (`analysis.terms`)."""
+    return list(dict.fromkeys(terms(sanitize_fts_query(query))))
+
+
 def term_counts(texts: list[str]) -> list[Counter]:
-    """Each text's words as the full-text index counts them (what `bm25` scores); read-only."""
+    """Each text's words as the full-text index counts them (`analysis.terms`); read-only."""
     return [_term_counts(t or "") for t in texts]
 
 
 @functools.lru_cache(maxsize=65_536)
 def _term_counts(text: str) -> Counter:
-    # The levers count the words of the same popular memories again and again: each text is
-    # split once while it stays among the recently counted (the Counters are shared, never changed).
-    return Counter(fts_terms(text))
+    # Texts outside the hot index (fresh ones, LanceDB's rows) are counted again and again by
+    # the levers: each is split once while it stays among the recently counted (the Counters
+    # are shared, never changed).
+    return Counter(terms(text))
 
 
-def bm25(query: str, docs: list[Counter], corpus: int, published_hits: int = 0) -> np.ndarray:
-    """BM25 of texts (their `term_counts`) for the query, as the full-text index scores its rows
-    (same k1, b and idf).
+def frequencies(words: list[str], docs: list[Counter]) -> tuple[np.ndarray, np.ndarray]:
+    """(how often each word is in each doc, words x docs; each doc's length in words) of texts'
+    `term_counts`: what `bm25_scores` reads."""
+    tf = np.array([[d.get(word, 0) for d in docs] for word in words], dtype=np.float64).reshape(
+        len(words), len(docs)
+    )
+    return tf, np.array([sum(d.values()) for d in docs], dtype=np.float64)
 
-    The texts are not in the index, so its statistics are estimated: `corpus` documents in
-    all, and each query word in the texts that hold it plus the `published_hits` the index
-    matched for the query (what a word's document frequency is at least, as far as one query
-    shows). Document lengths are those of the texts.
-    """
-    words = list(dict.fromkeys(fts_terms(sanitize_fts_query(query))))
-    scores = np.zeros(len(docs), dtype=np.float64)
-    if not words or not docs:
+
+def bm25_scores(tf: np.ndarray, lengths: np.ndarray, corpus: int, published_hits: int = 0) -> np.ndarray:
+    """BM25 of documents for a query's words, from their `frequencies` (words x docs) and lengths,
+    as the full-text index scores its rows (same k1, b and idf).
+
+    The statistics are those of these documents: `corpus` documents in all, and each word in
+    the documents that hold it plus the `published_hits` the index matched for the query (what
+    a word's document frequency is at least, as far as one query shows). Lengths are the
+    documents'."""
+    scores = np.zeros(tf.shape[1], dtype=np.float64)
+    if not tf.size:
         return scores
-    lengths = np.array([sum(d.values()) for d in docs], dtype=np.float64)
     norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths / max(float(lengths.mean()), 1.0))
-    n = max(corpus, len(docs))
-    for word in words:
-        tf = np.array([d.get(word, 0) for d in docs], dtype=np.float64)
-        held = int((tf > 0).sum())
+    n = max(corpus, tf.shape[1])
+    for row in tf:
+        held = int((row > 0).sum())
         if not held:
             continue
         df = min(n, held + published_hits)
         idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
-        scores += idf * tf * (BM25_K1 + 1) / (tf + norm)
+        scores += idf * row * (BM25_K1 + 1) / (row + norm)
     return scores
+
+
+def bm25(query: str, docs: list[Counter], corpus: int, published_hits: int = 0) -> np.ndarray:
+    """BM25 of texts not in the index (their `term_counts`) for the query (`bm25_scores`)."""
+    return bm25_scores(*frequencies(query_terms(query), docs), corpus, published_hits)

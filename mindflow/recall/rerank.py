@@ -151,8 +151,9 @@ def session_score(fused: np.ndarray, ts: np.ndarray, gap_seconds: float) -> np.n
     return out
 
 
-def local_bm25(query: str, texts: list[str]) -> np.ndarray:
-    """BM25 of the query over these texts with their own statistics (over its best; 0 to 1).
+def local_bm25(tf: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """BM25 of a query's words over a few texts with their own statistics (over its best; 0 to 1),
+    from how often each word is in each text (words x texts) and the texts' lengths.
 
     Among a query's best candidates, a word they all share (a name the question repeats)
     counts for little and the word only a few hold counts for much: a different opinion
@@ -160,7 +161,7 @@ def local_bm25(query: str, texts: list[str]) -> np.ndarray:
     """
     from mindflow.recall import primitives
 
-    scores = primitives.bm25(query, primitives.term_counts(texts), len(texts))
+    scores = primitives.bm25_scores(tf, lengths, tf.shape[1])
     best = scores.max() if len(scores) else 0.0
     return scores / best if best > 0 else scores
 

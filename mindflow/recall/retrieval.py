@@ -17,6 +17,10 @@ from mindflow.recall.models import COLUMNS
 class LanceRetrieval:
     """Every candidate read from the table, within the `where` of the request."""
 
+    # What the ranking levers that count words (`search._feedback`, `search._rescored`) need carried
+    # with each candidate: from LanceDB its text, where a read by ref would cost a query.
+    lever_columns: tuple[str, ...] = ("text",)
+
     def __init__(self, table, where: str):
         self.table = table
         self.where = where
@@ -42,6 +46,15 @@ class LanceRetrieval:
         read whole only from a hot index."""
         return np.zeros(len(refs))
 
+    def texts(self, rows: pa.Table) -> list[str]:
+        """The texts of these candidates (rows of the pool)."""
+        return [t or "" for t in rows.column("text").to_pylist()]
+
+    def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(how often each of `words` (terms) is in each of these candidates, words x rows; each
+        one's length in words), for a BM25 among them (`primitives.bm25_scores`)."""
+        return primitives.frequencies(words, primitives.term_counts(self.texts(rows)))
+
 
 class HotRetrieval(LanceRetrieval):
     """Vectors, context windows and rows from the being's index; full text from the table."""
@@ -51,7 +64,8 @@ class HotRetrieval(LanceRetrieval):
         self.index = index
         self.keep = keep
         self.own_text = own_text  # full text from the index's postings, not from LanceDB
-        self._read: list[tuple[np.ndarray, pa.Table]] = []  # (positions, their rows) read so far
+        self._read: list[tuple[np.ndarray, pa.Table]] = []  # (positions, their rows) read, not yet in _at
+        self._at: dict[str, int] = {}  # ref -> index position of the rows read so far
 
     def _rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
         rows = self.index.rows_at(positions, columns)
@@ -63,10 +77,10 @@ class HotRetrieval(LanceRetrieval):
 
         From what was read, not by a search of the index's sorted refs: after the scan has
         swept the caches, that binary search costs ~0.5 ms for a pool of 400 at 100,000."""
-        at: dict[str, int] = {}
-        for positions, rows in self._read:
-            at.update(zip(rows.column("memory_ref").to_pylist(), positions.tolist(), strict=True))
-        return np.array([at.get(ref, -1) for ref in refs], dtype=np.int64)
+        for positions, rows in self._read:  # several levers ask in one request: each read is folded once
+            self._at.update(zip(rows.column("memory_ref").to_pylist(), positions.tolist(), strict=True))
+        self._read.clear()
+        return np.array([self._at.get(ref, -1) for ref in refs], dtype=np.int64)
 
     def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table:
         positions, cosine = self.index.nearest(vector, self.keep, limit)
@@ -104,6 +118,27 @@ class HotRetrieval(LanceRetrieval):
         positions = self.index.positions(refs)
         return self.index.rows_at(positions[self.keep[positions]], COLUMNS)
 
+    # The candidates' words come from the index's postings: no text is carried with them.
+    lever_columns = ()
+
+    def texts(self, rows: pa.Table) -> list[str]:
+        positions = self._positions_of(rows.column("memory_ref").to_pylist())
+        inside = np.flatnonzero(positions >= 0)
+        out = [""] * len(positions)
+        texts = self.index.rows_at(positions[inside], ["text"]).column("text").to_pylist()
+        for i, text in zip(inside.tolist(), texts, strict=True):
+            out[i] = text or ""
+        return out
+
+    def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        # Counting the words of a few hundred texts no request has read before costs ~6.5 us a
+        # text; the postings already hold the counts. A memory the index does not hold counts 0.
+        positions = self._positions_of(rows.column("memory_ref").to_pylist())
+        lengths = np.zeros(len(positions), dtype=np.float64)
+        inside = positions >= 0
+        lengths[inside] = self.index.text.lengths[positions[inside]]
+        return fulltext.frequencies(self.index.text, words, positions), lengths
+
     def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
         # Only the turns the request may see lend their words: a forgotten one none.
         return sessions.document_scores(
@@ -128,6 +163,14 @@ class EmptyRetrieval:
 
     def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
         return np.zeros(len(refs))
+
+    lever_columns = ()
+
+    def texts(self, rows: pa.Table) -> list[str]:
+        return [""] * rows.num_rows
+
+    def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros((len(words), rows.num_rows)), np.zeros(rows.num_rows)
 
 
 class FreshRetrieval:
@@ -217,6 +260,31 @@ class FreshRetrieval:
     def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
         # A fresh memory's session is not in the index yet: scored 0, as recall without one.
         return self.published.session_documents(query, refs, gap_seconds)
+
+    @property
+    def lever_columns(self) -> tuple[str, ...]:
+        return self.published.lever_columns
+
+    def _fresh_of(self, rows: pa.Table) -> list[tuple[int, int]]:
+        """(row, position in the tail) of the rows answered from the fresh tail."""
+        at = {ref: i for i, ref in enumerate(self.refs)}
+        refs = rows.column("memory_ref").to_pylist()
+        return [(i, at[ref]) for i, ref in enumerate(refs) if self.is_fresh(ref)]
+
+    def texts(self, rows: pa.Table) -> list[str]:
+        out = self.published.texts(rows)
+        for i, j in self._fresh_of(rows):
+            out[i] = self.fresh.column("text")[j].as_py() or ""
+        return out
+
+    def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        tf, lengths = self.published.term_frequencies(words, rows)
+        fresh = self._fresh_of(rows)
+        if fresh:
+            # The tail's own counts of its texts (`primitives.term_counts`, as the index counts).
+            counted = primitives.frequencies(words, [self.terms[j] for _, j in fresh])
+            tf[:, [i for i, _ in fresh]], lengths[[i for i, _ in fresh]] = counted
+        return tf, lengths
 
     def by_ref(self, refs: list[str]) -> pa.Table | None:
         published = self.published.by_ref(refs)

@@ -84,8 +84,8 @@ def recall(
     limit, vector_limit = max(config.candidates, 2 * k), max(config.vector_candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
     if config.prf_terms > 0 or (config.rescore_weight > 0 and config.rescore_top > 0):
-        # Those levers read the candidates' texts: carried with them, not read again by ref.
-        slim = [*slim, "text"]
+        # Those levers count the candidates' words: what the source needs for it is carried with them.
+        slim = [*slim, *source.lever_columns]
     if config.speaker_weight > 0:
         slim = [*slim, "actors"]
     by_vector = by_text = None
@@ -141,7 +141,7 @@ def recall(
     refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
     decay, recency = weighting(pool)
     if config.prf_terms > 0 and config.text_weight > 0:
-        _feedback(query, pool, fused * decay * recency, config, expanded)
+        _feedback(source, query, pool, fused * decay * recency, config, expanded)
         if expanded:
             refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
     context = np.zeros(len(refs))
@@ -175,8 +175,7 @@ def recall(
     fused, decay, recency = fused[keep] + context[keep] + named[keep], decay[keep], recency[keep]
     final = fused * decay * recency
     if config.rescore_weight > 0 and config.rescore_top > 0:
-        texts = _pool_texts(pool)
-        final = _rescored(query, [texts[i] for i in keep], final, config)
+        final = _rescored(source, query, pool.take(pa.array(keep, type=pa.int64())), final, config)
     chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], k, config.mmr_lambda)]
     position = {int(i): j for j, i in enumerate(keep)}
     # Context windows read whole from LanceDB hold nearly every memory chosen; read the rest
@@ -257,27 +256,24 @@ def _with_context(
     return pool, context, support, scored, around
 
 
-def _pool_texts(pool: pa.Table) -> list[str]:
-    return [t or "" for t in pool.column("text").to_pylist()]
-
-
-def _feedback(query: str, pool: pa.Table, weighted: np.ndarray, config, expanded: dict):
-    """Pseudo-relevance feedback: the words the best candidates share, scored by BM25 over the
-    candidates' own texts (no second full-text search); the scores go into `expanded` by ref."""
-    refs = pool.column("memory_ref").to_pylist()
-    texts = _pool_texts(pool)
+def _feedback(source, query: str, pool: pa.Table, weighted: np.ndarray, config, expanded: dict):
+    """Pseudo-relevance feedback: the words the best candidates share, scored by BM25 among the
+    candidates (no second full-text search); the scores go into `expanded` by ref."""
     best = np.argsort(-weighted, kind="stable")[: config.prf_docs]
-    terms = feedback.expansion_terms(query, [texts[i] for i in best], config.prf_terms)
-    if terms:
-        scores = primitives.bm25(" ".join(terms), primitives.term_counts(texts), len(texts))
-        expanded.update(zip(refs, scores.tolist(), strict=True))
+    words = feedback.expansion_terms(
+        query, source.texts(pool.take(pa.array(best, type=pa.int64()))), config.prf_terms
+    )
+    if words:
+        scores = primitives.bm25_scores(*source.term_frequencies(words, pool), pool.num_rows)
+        expanded.update(zip(pool.column("memory_ref").to_pylist(), scores.tolist(), strict=True))
 
 
-def _rescored(query: str, texts: list[str], final: np.ndarray, config) -> np.ndarray:
+def _rescored(source, query: str, rows: pa.Table, final: np.ndarray, config) -> np.ndarray:
     """The final scores with `rescore_weight` x `rerank.local_bm25` added to the `rescore_top` best
-    (`texts` in the order of `final`)."""
+    (`rows` of the pool in the order of `final`)."""
     top = np.argsort(-final, kind="stable")[: config.rescore_top]
-    local = rerank.local_bm25(query, [texts[i] for i in top])
+    found = source.term_frequencies(primitives.query_terms(query), rows.take(pa.array(top, type=pa.int64())))
+    local = rerank.local_bm25(*found)
     final = final.copy()
     final[top] += config.rescore_weight * local * (final[top].max() if len(top) else 0.0)
     return final

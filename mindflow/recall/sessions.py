@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mindflow.recall import fulltext
-from mindflow.recall.primitives import BM25_B, BM25_K1, sanitize_fts_query
+from mindflow.recall.primitives import BM25_B, BM25_K1, query_terms
 
 
 @dataclass
@@ -78,7 +78,7 @@ def text_scores(
     forgotten one) adds nothing to its session. The lengths stay the whole sessions' (counting
     them again per request would cost a pass over every memory)."""
     scores = np.zeros(sessions.count, dtype=np.float64)
-    words = list(dict.fromkeys(fulltext.terms(sanitize_fts_query(query))))
+    words = query_terms(query)
     if not words or not sessions.count or not len(text.vocabulary):
         return scores
     average = max(float(sessions.lengths.mean()), 1.0)
