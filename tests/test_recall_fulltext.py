@@ -107,3 +107,54 @@ def test_frequencies_from_the_postings_are_the_texts_counts(texts):
     assert tf[:, 3].tolist() == [0.0] * len(words)  # not in the index
     assert tf[0, :2].tolist() == [1.0, 1.0]  # "camping" and "camped"
     assert fulltext.frequencies(fulltext.build([]), words, np.array([-1])).tolist() == [[0.0]] * len(words)
+
+
+def test_words_stemmed_by_many_threads_at_once_are_stemmed_right():
+    # Requests stem their queries (and, from LanceDB or the fresh tail, the candidates' texts)
+    # on threads of their own while an index may be built on another.
+    import random
+    import string
+    import sys
+    import threading
+
+    import snowballstemmer
+
+    from mindflow.recall import analysis
+
+    rng = random.Random(0)
+    endings = ["ing", "ed", "s", "ation", "ness", "ly"]
+    batches = [
+        [
+            "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 14)))
+            + rng.choice(endings)
+            for _ in range(5_000)
+        ]
+        for _ in range(8)
+    ]
+    errors: list[str] = []
+
+    def stem(words: list[str]) -> None:
+        try:
+            for word in words:
+                analysis.term(word)
+        except Exception as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(repr(error))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: a shared stemmer breaks
+    try:
+        threads = [threading.Thread(target=stem, args=(batch,)) for batch in batches]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    alone = snowballstemmer.stemmer("english")
+    wrong = [
+        word
+        for batch in batches
+        for word in batch
+        if analysis.term(word) not in (alone.stemWord(word), "")  # "" is a stop word's term
+    ]
+    assert errors == [] and wrong == []

@@ -12,17 +12,23 @@ wherever a memory is scored.
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from functools import lru_cache
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+_local = threading.local()
 
 
-@lru_cache(maxsize=1)
 def _stemmer():
-    import snowballstemmer
+    # One per thread: a snowballstemmer stemmer keeps the word it is stemming in itself, so two
+    # threads sharing one (requests, the index builder) raised IndexError or stemmed a word wrong.
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        import snowballstemmer
 
-    return snowballstemmer.stemmer("english")
+        stemmer = _local.stemmer = snowballstemmer.stemmer("english")
+    return stemmer
 
 
 # The English stop words of the full-text index (NLTK's list, as LanceDB's tokenizer has it).
