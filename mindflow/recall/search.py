@@ -125,13 +125,17 @@ def recall(
             fused = rerank.scaled(cosine, bm, weights)
         else:
             fused = rerank.weighted([cosine, bm], weights)
-        if expanded:
-            extra = np.array([expanded.get(r, 0.0) for r in refs], dtype=np.float64)
-            fused = fused + config.prf_weight * extra / max(max(expanded.values()), 1e-12)
         if window is not None:
             inside = rerank.within(rows.column("ts").to_numpy(), window.start, window.end)
             fused = fused + config.time_weight * inside
-        return refs, vectors, cosine, v_rank, t_rank, bm, fused
+        return refs, vectors, cosine, v_rank, t_rank, bm, fused + fed_back(refs)
+
+    def fed_back(refs: list[str]) -> np.ndarray | float:
+        """What pseudo-relevance feedback adds to each memory's fused score (0 before it ran)."""
+        if not expanded:
+            return 0.0
+        extra = np.array([expanded.get(r, 0.0) for r in refs], dtype=np.float64)
+        return config.prf_weight * extra / max(max(expanded.values()), 1e-12)
 
     def weighting(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         decay_scores = rows.column("decay_score").to_numpy(zero_copy_only=False).astype(np.float64)
@@ -142,8 +146,7 @@ def recall(
     decay, recency = weighting(pool)
     if config.prf_terms > 0 and config.text_weight > 0:
         _feedback(source, query, pool, fused * decay * recency, config, expanded)
-        if expanded:
-            refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
+        fused = fused + fed_back(refs)  # what score(pool) would give now, without scoring again
     context = np.zeros(len(refs))
     around = None
     support = cosine  # what the floor applies to: the memory's or, with context, its neighbourhood's
@@ -175,7 +178,7 @@ def recall(
     fused, decay, recency = fused[keep] + context[keep] + named[keep], decay[keep], recency[keep]
     final = fused * decay * recency
     if config.rescore_weight > 0 and config.rescore_top > 0:
-        final = _rescored(source, query, pool.take(pa.array(keep, type=pa.int64())), final, config)
+        final = _rescored(source, query, pool, keep, final, config)
     chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], k, config.mmr_lambda)]
     position = {int(i): j for j, i in enumerate(keep)}
     # Context windows read whole from LanceDB hold nearly every memory chosen; read the rest
@@ -268,11 +271,12 @@ def _feedback(source, query: str, pool: pa.Table, weighted: np.ndarray, config, 
         expanded.update(zip(pool.column("memory_ref").to_pylist(), scores.tolist(), strict=True))
 
 
-def _rescored(source, query: str, rows: pa.Table, final: np.ndarray, config) -> np.ndarray:
+def _rescored(source, query: str, pool: pa.Table, keep: np.ndarray, final: np.ndarray, config) -> np.ndarray:
     """The final scores with `rescore_weight` x `rerank.local_bm25` added to the `rescore_top` best
-    (`rows` of the pool in the order of `final`)."""
+    (`final` scores the pool's rows at `keep`)."""
     top = np.argsort(-final, kind="stable")[: config.rescore_top]
-    found = source.term_frequencies(primitives.query_terms(query), rows.take(pa.array(top, type=pa.int64())))
+    rows = pool.take(pa.array(keep[top], type=pa.int64()))
+    found = source.term_frequencies(primitives.query_terms(query), rows)
     local = rerank.local_bm25(*found)
     final = final.copy()
     final[top] += config.rescore_weight * local * (final[top].max() if len(top) else 0.0)
