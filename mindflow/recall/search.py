@@ -112,13 +112,26 @@ def recall(
     if window is not None:
         window = window.widened(config.time_slack_days)
 
-    def score(rows: pa.Table):
-        refs = rows.column("memory_ref").to_pylist()
-        vectors = _unit(primitives.vectors_of(rows))
-        cosine = vectors @ q
-        v_rank = np.array([vector_rank.get(r, -1) for r in refs])
-        t_rank = np.array([text_rank.get(r, -1) for r in refs])
-        bm = np.array([bm25.get(r, 0.0) for r in refs], dtype=np.float64)
+    def score(rows: pa.Table, before: tuple | None = None):
+        """Each row's refs, unit vectors, cosine, ranks, BM25 and fused score. `before` is this
+        function's answer for the first rows of `rows` (the pool before the context was added to
+        it): their parts are kept, and only the rows after them are read."""
+        if before is not None and len(before[0]) == rows.num_rows:
+            refs, vectors, cosine, v_rank, t_rank, bm = before
+        else:
+            new = rows.slice(len(before[0])) if before is not None else rows
+            refs = new.column("memory_ref").to_pylist()
+            vectors = _unit(primitives.vectors_of(new))
+            cosine = vectors @ q
+            v_rank = np.array([vector_rank.get(r, -1) for r in refs], dtype=np.int64)
+            t_rank = np.array([text_rank.get(r, -1) for r in refs], dtype=np.int64)
+            bm = np.array([bm25.get(r, 0.0) for r in refs], dtype=np.float64)
+            if before is not None:
+                refs = before[0] + refs
+                vectors, cosine, v_rank, t_rank, bm = (
+                    np.concatenate([old, part])
+                    for old, part in zip(before[1:], (vectors, cosine, v_rank, t_rank, bm), strict=True)
+                )
         if config.fusion == "rrf":
             fused = rerank.rrf([v_rank, t_rank], weights, config.rrf_k)
         elif config.fusion == "scaled":
@@ -152,7 +165,13 @@ def recall(
     support = cosine  # what the floor applies to: the memory's or, with context, its neighbourhood's
     if config.context_window > 0:
         pool, context, lifted, scored, around = _with_context(
-            source, pool, fused * decay * recency, k, config, score
+            source,
+            pool,
+            fused * decay * recency,
+            k,
+            config,
+            score,
+            (refs, vectors, cosine, v_rank, t_rank, bm),
         )
         if scored is not None:
             refs, vectors, cosine, v_rank, t_rank, bm, fused = scored
@@ -219,11 +238,14 @@ def _with_context(
     k: int,
     config: RecallConfig,
     score,
+    scored: tuple,
 ):
     """Read the neighbours of the best candidates, add them to the pool, and lift each memory
     by its best neighbour.
 
-    Returns (pool, context bonus, floor support, new scores, the rows read). The best
+    `scored` are `score`'s parts of the pool's rows (refs, unit vectors, cosine, ranks, BM25),
+    kept for them when the neighbours are added. Returns (pool, context bonus, floor support,
+    new scores, the rows read). The best
     candidates are those of the final score so far (fused x decay x recency); from LanceDB
     the same read brings their full rows, so the chosen memories rarely need a read of their own.
     """
@@ -241,7 +263,7 @@ def _with_context(
     new = [i for i, r in enumerate(around.column("memory_ref").to_pylist()) if r not in known]
     added = around.select(pool.column_names).take(pa.array(new, type=pa.int64()))
     pool = pa.concat_tables([pool, added], promote_options="permissive")
-    scored = score(pool)
+    scored = score(pool, scored)  # the pool's own rows first: only the added ones are read
     refs, _, cosine, _, _, _, fused = scored
     ts = pool.column("ts").to_numpy()
     order = np.lexsort((np.array(refs), ts))
