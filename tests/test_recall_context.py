@@ -106,3 +106,16 @@ def test_neighbourhood_by_hand():
 def test_scaled_fusion_keeps_each_scale():
     fused = rerank.scaled(np.array([0.6, 0.3, -0.1]), np.array([0.0, 8.0, 4.0]), [0.5, 0.5])
     assert fused == pytest.approx([0.3, 0.15 + 0.5, 0.0 + 0.25])
+
+
+def test_time_order_puts_equal_and_unknown_times_in_ref_order():
+    from mindflow.recall import search
+
+    ts = np.array(
+        ["2026-01-01T00:00:02", "2026-01-01T00:00:01", "NaT", "2026-01-01T00:00:01", "NaT"],
+        dtype="datetime64[us]",
+    )
+    refs = ["a", "d", "c", "b", "a2"]
+    assert search._time_order(ts, refs).tolist() == [3, 1, 0, 4, 2]
+    assert search._time_order(ts, refs).tolist() == np.lexsort((np.array(refs), ts)).tolist()
+    assert search._time_order(ts[:3], refs[:3]).tolist() == [1, 0, 2]  # no tie: by time alone

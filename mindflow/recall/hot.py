@@ -265,14 +265,15 @@ class BeingIndex:
 
     def rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
         """These memories as rows of `columns`, with `vector` as LanceDB returns it."""
-        index = pa.array(positions, type=pa.int64())
-        out = {}
-        for name in columns:
-            if name == "vector":
-                out[name] = to_column(self.vectors[positions].reshape(len(positions), self.dim))
-            else:
-                out[name] = self.rows.column(name).take(index)
-        return pa.table(out)
+        # One take of every column but the vectors (a take per column cost twice as much).
+        rows = self.rows.select([c for c in columns if c != "vector"]).take(
+            pa.array(positions, type=pa.int64())
+        )
+        if "vector" in columns:
+            rows = rows.append_column(
+                "vector", to_column(self.vectors[positions].reshape(len(positions), self.dim))
+            )
+        return rows.select(columns)
 
 
 def _recallable(table, being_id: str) -> pa.Table:

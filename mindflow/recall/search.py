@@ -266,7 +266,7 @@ def _with_context(
     scored = score(pool, scored)  # the pool's own rows first: only the added ones are read
     refs, _, cosine, _, _, _, fused = scored
     ts = pool.column("ts").to_numpy()
-    order = np.lexsort((np.array(refs), ts))
+    order = _time_order(ts, refs)
     # Only memories inside a window read whole know all their neighbours.
     in_window = np.zeros(len(order), dtype=bool)
     for start, end in spans:
@@ -279,6 +279,16 @@ def _with_context(
     support = cosine.copy()
     support[order] = np.where(in_window, np.maximum(cosine[order], near), cosine[order])
     return pool, context, support, scored, around
+
+
+def _time_order(ts: np.ndarray, refs: list[str]) -> np.ndarray:
+    """Positions in time order, equal times (and unknown ones, last) by ref."""
+    order = np.argsort(ts, kind="stable")
+    stamps = ts[order]
+    if np.isnat(stamps).sum() > 1 or (stamps[1:] == stamps[:-1]).any():
+        # Ties are rare; sorting by the refs as well costs ~75 us for a pool of 400.
+        return np.lexsort((np.array(refs), ts))
+    return order
 
 
 def _feedback(source, query: str, pool: pa.Table, weighted: np.ndarray, config, expanded: dict):
