@@ -7,6 +7,7 @@ and show up in the UI like any other run.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import re
@@ -236,6 +237,21 @@ def _say(message: str) -> None:
 
 
 @contextmanager
+def _imports_frozen() -> Iterator[None]:
+    """Leave the objects alive before a run (Dagster's and the other imports', ~700,000) out of
+    the garbage collector's full passes while it runs (`gc.freeze`), and give them back after.
+
+    Each full pass walks every live object: over ingest + patrol of LoCoMo's 2,760 turns, ten
+    of them took 1.4 s of the ~11 s the two runs take, while none of those objects was garbage.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@contextmanager
 def _pool_turn(instance, say: Callable[[str], None], writers: int = 1) -> Iterator[None]:
     """Hold one of this home's `writers` turns at pool `duckdb` while a run executes in this process.
 
@@ -389,7 +405,7 @@ def run_job(
             events = launch.run_events(instance, run_id) if instance.get_run_by_id(run_id) else []
             success = status == "SUCCESS"
         else:
-            with _pool_turn(instance, say or _say, settings.duckdb_writers):
+            with _pool_turn(instance, say or _say, settings.duckdb_writers), _imports_frozen():
                 # A run of the job rebuilt from the code location, executed here (public execute_job).
                 tags.update(pool.run_tags())
                 result = launch.execute(instance, job, run_config=run_config, tags=tags)

@@ -178,6 +178,28 @@ def test_run_job_records_a_run_of_the_code_location(sample_inbox, settings):
     assert "episodes: new=" in ingest.changes
 
 
+def test_a_run_in_process_leaves_the_objects_before_it_out_of_full_collections(
+    sample_inbox, settings, monkeypatch
+):
+    import gc
+
+    from mindflow import launch
+    from mindflow.runner import run_job
+
+    frozen = []
+    execute = launch.execute
+
+    def counted(*args, **kwargs):
+        frozen.append(gc.get_freeze_count())  # the objects alive before the run, out of the passes
+        return execute(*args, **kwargs)
+
+    monkeypatch.setattr(launch, "execute", counted)
+    (ingest,) = run_job(settings, "ingest", partition="2026-10-20")
+    assert ingest.success
+    assert frozen and frozen[0] > 100_000  # Dagster's imports alone
+    assert gc.get_freeze_count() == 0  # given back after the run
+
+
 def test_ebooks_reindex_reports_ebook_chunks_materialized(home, settings):
     from mindflow.runner import run_job
 
