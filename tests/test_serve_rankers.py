@@ -93,6 +93,33 @@ def test_rankers_answer_what_one_process_answers_under_concurrent_clients(with_r
     assert mapped == _mapped(server.process.pid, "vectors.npy") and len(mapped) == 1
 
 
+def test_a_fresh_memory_is_ranked_by_a_ranker_as_one_process_ranks_it(with_rankers):
+    """An episode posted to the server is recalled at once from its fresh tail, ranked by a ranker
+    (which counts the fresh texts' words itself) with the published memories, as one process does."""
+    from mindflow.api import models
+    from mindflow.api.service import RecallService
+    from mindflow.recall import RecallConfig
+
+    settings, server = with_rankers
+    _until_ranked(server, "ada")
+    episode = {"ts": "2026-10-20T18:00:00Z", "text": "Lena bought a red kayak and paddled across the lake."}
+    posted = httpx.post(f"{server.url}/v1/beings/ada/episodes", json={"episodes": [episode]}, timeout=30)
+    assert posted.status_code == 200, posted.text
+    query = {"query": "red kayak on the lake", "k": 5}
+    answer = httpx.post(f"{server.url}/v1/beings/ada/recall", json=query, timeout=30)
+    assert answer.status_code == 200 and answer.headers["x-mindflow-recall"] == "hot"
+    memories = answer.json()["memories"]
+    assert memories[0]["fresh"] and "red kayak" in memories[0]["text"]
+    service = RecallService(settings, RecallConfig.for_model(settings.embedding_model))
+    try:
+        alone = service.recall("ada", models.RecallRequest(**query)).memories
+    finally:
+        service.hot.close()
+    assert [m["memory_ref"] for m in memories] == [m.memory_ref for m in alone]
+    assert [m["score"] for m in memories] == pytest.approx([m.score for m in alone], rel=1e-4)
+    assert [m["parts"]["bm25"] for m in memories] == pytest.approx([m.parts["bm25"] for m in alone], rel=1e-4)
+
+
 def test_every_ranker_maps_a_new_index_without_a_recall_of_its_own(with_rankers):
     """A lone client's recalls all go to the ranker used last; the other is told of the index at
     the first hot recall and maps it then, not under the load that would first reach it."""

@@ -234,6 +234,10 @@ class Rankers:
         ranker = self._take()
         if ranker is None:
             return None
+        # The fresh tail's word counts are not sent: the ranker counts its texts itself, once per
+        # text while they stay in its cache (`primitives.term_counts`). Pickled with each recall,
+        # the counts of 2,000 fresh memories (MINDFLOW_TAIL_MAX_EPISODES) cost ~9 ms a recall.
+        kwargs = {name: value for name, value in kwargs.items() if name != "fresh_terms"}
         try:
             answer = ranker.call((being_id, version, query, kwargs))
         except Exception as exc:  # noqa: BLE001 - dead, hung, or its pipe in an unknown state
