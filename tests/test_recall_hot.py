@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
@@ -25,7 +26,7 @@ from mindflow.errors import MindflowError
 from mindflow.inbox import ingest
 from mindflow.memories import publish
 from mindflow.patrol import run_patrol
-from mindflow.recall import BeingIndex, HotIndexes, RecallConfig, open_memories, recall
+from mindflow.recall import BeingIndex, HotIndexes, RecallConfig, hot, open_memories, recall
 from mindflow.recall.hot import INT8_SCAN_FROM
 from mindflow.recall.models import COLUMNS
 
@@ -344,3 +345,44 @@ def test_the_latest_table_is_read_again_only_when_its_versions_folder_changes(tm
     found, second = latest.get()
     assert second == first + 1 and found.count_rows() == 2
     assert len(opened) == 4
+
+
+class _SlowScans:
+    """An Int8Scan's session that records each scan's number of queries and takes 20 ms more, so
+    the queries of other threads come while it runs."""
+
+    def __init__(self, session, fail: bool = False):
+        self.session = session
+        self.fail = fail
+        self.batches: list[int] = []
+
+    def run(self, names, feed):
+        self.batches.append(len(feed["query"]))
+        time.sleep(0.02)
+        if self.fail:
+            raise RuntimeError("the scan failed")
+        return self.session.run(names, feed)
+
+
+def test_queries_scanned_at_once_share_scans_and_each_gets_its_own_scores():
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((30_000, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    scan = hot.Int8Scan.build(vectors)
+    queries = list(vectors[:40] + 0.1 * rng.standard_normal((40, 384)).astype(np.float32))
+    alone = [scan.scores(q) for q in queries]
+    scan.session = slow = _SlowScans(scan.session)
+    with ThreadPoolExecutor(8) as threads:
+        together = list(threads.map(scan.scores, queries))
+    assert all(np.array_equal(a, b) for a, b in zip(alone, together, strict=True))
+    assert sum(slow.batches) == len(queries) and max(slow.batches) <= hot.SCAN_BATCH
+    assert len(slow.batches) < len(queries)  # some scans were shared
+    # A failed scan fails each query it held, and the next scan runs as before.
+    scan.session = _SlowScans(slow.session, fail=True)
+    with ThreadPoolExecutor(4) as threads:
+        failed = [threads.submit(scan.scores, q) for q in queries[:4]]
+        assert all(isinstance(f.exception(), RuntimeError) for f in failed)
+    scan.session = slow.session
+    assert np.array_equal(scan.scores(queries[0]), alone[0])

@@ -37,6 +37,7 @@ from mindflow.recall import (
     search_memory,
 )
 from mindflow.recall.hot_files import HotFiles
+from mindflow.recall.search import vector_limit
 
 log = logging.getLogger(__name__)
 FRAGMENT_SEPARATOR = " / "
@@ -250,17 +251,25 @@ class RecallService:
             corpus=self._corpus(being_id, table, version, index) if fresh.num_rows else 0,
             fresh_terms=terms,
         )  # fmt: skip
+        vector = lambda: self.vectors.get(query)  # noqa: E731 - embedded when recall needs it
+        if index is not None:
+            # Embedded and scanned here, before the ranking turn: onnxruntime runs both off the
+            # GIL, and recalls scanning at once share one scan of the index (`Int8Scan.scores`),
+            # which costs about the same for 8 queries as for 1.
+            vector = self.vectors.get(query)
+            keep = index.mask(exclude, request.since, request.until)
+            ranking["scanned"] = index.scanned(vector, keep, vector_limit(self.config, k))
         # With ranking processes (MINDFLOW_API_RANKERS), a free one ranks a recall from the hot
         # index; None: none could, this process ranks it.
         if index is not None and self.rankers is not None:
-            found = self.rankers.rank(being_id, version, query, **ranking)
+            found = self.rankers.rank(being_id, version, query, query_vector=vector, **ranking)
             if found is not None:
                 return self.apply_marks(being_id, _without_published_twins(found))
         # From the hot index a recall is CPU work under the GIL: it waits its turn (off the GIL)
         # rather than taking turns at the GIL with others mid-recall. From LanceDB it mostly waits
         # on LanceDB's own threads, and runs beside others.
         with self._ranking if index is not None else contextlib.nullcontext():
-            found = recall(table, being_id, query, lambda: self.vectors.get(query), index=index, **ranking)
+            found = recall(table, being_id, query, vector, index=index, **ranking)
         return self.apply_marks(being_id, _without_published_twins(found))
 
     def _fresh(self, being_id: str, table, version) -> list[fresh_tail.FreshMemory]:

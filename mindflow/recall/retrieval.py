@@ -59,10 +59,19 @@ class LanceRetrieval:
 class HotRetrieval(LanceRetrieval):
     """Vectors, context windows and rows from the being's index; full text from the table."""
 
-    def __init__(self, table, where: str, index: BeingIndex, keep: np.ndarray, own_text: bool = True):
+    def __init__(
+        self,
+        table,
+        where: str,
+        index: BeingIndex,
+        keep: np.ndarray,
+        own_text: bool = True,
+        scanned: np.ndarray | None = None,
+    ):
         super().__init__(table, where)
         self.index = index
         self.keep = keep
+        self.scanned = scanned  # `BeingIndex.scanned` for the vector search, when the caller scanned
         self.own_text = own_text  # full text from the index's postings, not from LanceDB
         self._read: list[tuple[np.ndarray, pa.Table]] = []  # (positions, their rows) read, not yet in _at
         self._at: dict[str, int] = {}  # ref -> index position of the rows read so far
@@ -83,7 +92,7 @@ class HotRetrieval(LanceRetrieval):
         return np.array([self._at.get(ref, -1) for ref in refs], dtype=np.int64)
 
     def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table:
-        positions, cosine = self.index.nearest(vector, self.keep, limit)
+        positions, cosine = self.index.nearest(vector, self.keep, limit, self.scanned)
         found = self._rows_at(positions, columns)
         return found.append_column("cosine", pa.array(cosine.astype(np.float64)))
 

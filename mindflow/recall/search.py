@@ -48,6 +48,7 @@ def recall(
     fresh: pa.Table | None = None,
     corpus: int = 0,
     fresh_terms: list | None = None,
+    scanned: np.ndarray | None = None,
 ) -> list[Memory]:
     """Hybrid recall: vector and full-text candidates fused, lifted by their context,
     weighted by decay and recency, then MMR.
@@ -58,6 +59,8 @@ def recall(
     `fresh` are the being's fresh-tail memories the request may see (`mindflow.loop.tail.rows`),
     ranked in the same pool and returned with `fresh=True`; `corpus` is how many published
     memories the full-text statistics stand for; `fresh_terms` their `primitives.term_counts`.
+    `scanned` are the index's `BeingIndex.scanned` positions for this query vector, the
+    request's visible memories and `vector_limit`, when the caller scanned already.
     """
     config = config or RecallConfig()
     where = primitives.memory_filter(
@@ -76,12 +79,14 @@ def recall(
             source = EmptyRetrieval()
         else:
             keep = index.mask(exclude_refs, since, until)
-            source = HotRetrieval(table, where, index, keep, own_text=config.hot_fulltext == "index")
+            source = HotRetrieval(
+                table, where, index, keep, own_text=config.hot_fulltext == "index", scanned=scanned
+            )
     else:
         source = LanceRetrieval(table, where)
     if has_fresh:
         source = FreshRetrieval(source, fresh, corpus, fresh_terms)
-    limit, vector_limit = max(config.candidates, 2 * k), max(config.vector_candidates, 2 * k)
+    limit = max(config.candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
     if config.prf_terms > 0 or (config.rescore_weight > 0 and config.rescore_top > 0):
         # Those levers count the candidates' words: what the source needs for it is carried with them.
@@ -94,7 +99,7 @@ def recall(
     if callable(query_vector):
         query_vector = query_vector()
     if config.vector_weight > 0:
-        by_vector = source.vector(query_vector, vector_limit, slim)
+        by_vector = source.vector(query_vector, vector_limit(config, k), slim)
     by_text = by_text.result() if by_text is not None else None
     found = [t for t in (by_vector, by_text) if t is not None and t.num_rows]
     if not found:
@@ -229,6 +234,11 @@ def recall(
         }
         out.append(memory)
     return out
+
+
+def vector_limit(config: RecallConfig, k: int) -> int:
+    """How many candidates recall asks of the vector search."""
+    return max(config.vector_candidates, 2 * k)
 
 
 def _with_context(
