@@ -65,11 +65,7 @@ class Ranker:
         table, index = self.prepare(being_id, version)
         if index is None:
             return None
-        # The server embeds the query and scans the index before handing the recall over.
-        vector = kwargs.pop("query_vector", None)
-        if vector is None:
-            vector = lambda: self.vectors.get(query)  # noqa: E731
-        return recall(table, being_id, query, vector, index=index, **kwargs)
+        return recall(table, being_id, query, lambda: self.vectors.get(query), index=index, **kwargs)
 
     def prepare(self, being_id: str, version: int):
         """(table, the being's index at `version`); the index None while it is mapped in the
