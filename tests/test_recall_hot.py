@@ -262,9 +262,14 @@ def test_the_int8_scan_returns_the_exact_nearest(embedder):
             expected = np.argsort(-exact, kind="stable")[:limit]
             assert list(positions) == list(expected), probe
             assert cosine == pytest.approx(exact[expected], abs=1e-5)
+            # Scanned beforehand (as the server does before a recall's ranking turn): the same.
+            scanned = index.scanned(q, visible, limit)
+            assert scanned is not None and len(scanned) == max(hot.COARSE, 8 * limit)
+            again, _ = index.nearest(q, visible, limit, scanned)
+            assert list(again) == list(positions)
     # a small index scans float32 directly and agrees too
     small, small_vectors = _synthetic_index(500)
-    assert small.scan is None
+    assert small.scan is None and small.scanned(small_vectors[7], np.ones(500, dtype=bool), 5) is None
     positions, _ = small.nearest(small_vectors[7], np.ones(500, dtype=bool), 5)
     assert positions[0] == 7
 
