@@ -14,7 +14,7 @@ import pyarrow as pa
 from mindflow import lance
 from mindflow.inbox import validate_being_id
 from mindflow.memories import TABLE
-from mindflow.recall.analysis import fts_tokens, terms
+from mindflow.recall.analysis import terms
 from mindflow.recall.models import COLUMNS
 from mindflow.vectors import to_matrix
 
@@ -161,17 +161,7 @@ def rows_around(
     return filtered_rows(table, lance.all_of(where, " OR ".join(wanted)), limit + len(also), columns)
 
 
-# Words as written, for matching a query's words with the names of speakers (`speakers`):
-# a name is matched as it is spelt, not by its stem, and only words no name is are dropped.
-_STOP_WORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then "
-    "there these they this to was will with".split()
-)
 BM25_K1, BM25_B = 1.2, 0.75
-
-
-def fts_terms(text: str) -> list[str]:
-    return [w for w in fts_tokens(text) if w not in _STOP_WORDS]
 
 
 def query_terms(query: str) -> list[str]:

@@ -196,7 +196,7 @@ class FreshRetrieval:
         self.published = published
         self.fresh = fresh
         self.refs = fresh.column("memory_ref").to_pylist()
-        self._refs = set(self.refs)
+        self._at = {ref: i for i, ref in enumerate(self.refs)}  # ref -> its row in `fresh`
         vectors = primitives.vectors_of(fresh) if fresh.num_rows else np.zeros((0, 0), np.float32)
         norms = np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None) if len(vectors) else 1.0
         self.vectors = vectors / norms
@@ -208,7 +208,7 @@ class FreshRetrieval:
 
     def is_fresh(self, ref: str) -> bool:
         """True when `ref` was answered from the fresh tail, not by a published row."""
-        return ref in self._refs and ref not in self.shadowed
+        return ref in self._at and ref not in self.shadowed
 
     def _merged(self, published: pa.Table | None, positions, extra: dict[str, np.ndarray], columns):
         """Published rows and the fresh rows at `positions` (with `extra` columns), one table."""
@@ -219,7 +219,7 @@ class FreshRetrieval:
         if published is None or published.num_rows == 0:
             return part if part.num_rows else published
         known = set(published.column("memory_ref").to_pylist())
-        self.shadowed |= known & self._refs
+        self.shadowed |= known & self._at.keys()
         keep = [i for i, ref in enumerate(part.column("memory_ref").to_pylist()) if ref not in known]
         part = part.take(pa.array(keep, type=pa.int64())).select(published.column_names)
         return pa.concat_tables([published, part.cast(published.schema)])
@@ -276,9 +276,8 @@ class FreshRetrieval:
 
     def _fresh_of(self, rows: pa.Table) -> list[tuple[int, int]]:
         """(row, position in the tail) of the rows answered from the fresh tail."""
-        at = {ref: i for i, ref in enumerate(self.refs)}
         refs = rows.column("memory_ref").to_pylist()
-        return [(i, at[ref]) for i, ref in enumerate(refs) if self.is_fresh(ref)]
+        return [(i, self._at[ref]) for i, ref in enumerate(refs) if self.is_fresh(ref)]
 
     def texts(self, rows: pa.Table) -> list[str]:
         out = self.published.texts(rows)
