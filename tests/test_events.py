@@ -356,3 +356,33 @@ def test_the_nodes_asset_folds_recall_events_first(settings, embedder):
     assert [(m["recall_events"].value, m["reinforced"].value) for m in metadata] == [(2, 1), (0, 0)]
     with store.connect(settings.duckdb_path) as con:
         assert reinforcement(con, [node])[node] == (2, T2, 3, T2)
+
+
+def test_a_servers_concurrent_appends_share_writes_and_each_is_durable_when_it_returns(tmp_path):
+    """EventWriter: appends arriving while one is written go out together, every event lands
+    once, and each append has its own event on disk by the time it returns."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mindflow.events import EventWriter
+
+    writer = EventWriter(tmp_path / "events")
+
+    def append(i: int) -> bool:
+        writer.append([event(ADA, [f"n-{i}"], [1], event_id=f"e{i:03d}")])
+        return f"e{i:03d}" in {e.event_id for e in read_events(tmp_path / "events")}
+
+    with ThreadPoolExecutor(8) as threads:
+        durable = list(threads.map(append, range(200)))
+    assert all(durable)
+    assert sorted(e.event_id for e in read_events(tmp_path / "events")) == [f"e{i:03d}" for i in range(200)]
+    assert writer.writes < 200  # appends were shared
+
+
+def test_a_bad_event_fails_its_own_append_and_not_the_others_written_with_it(tmp_path):
+    from mindflow.events import EventWriter
+
+    writer = EventWriter(tmp_path / "events")
+    with pytest.raises(MindflowError, match="increment"):
+        writer.append([event(ADA, ["n-1", "n-2"], [1], event_id="bad")])
+    writer.append([event(ADA, ["n-3"], [1], event_id="good")])
+    assert [e.event_id for e in read_events(tmp_path / "events")] == ["good"]

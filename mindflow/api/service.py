@@ -25,7 +25,7 @@ from mindflow.errors import MindflowError
 from mindflow.inbox import validate_being_id
 from mindflow.ingest import is_heartbeat
 from mindflow.loop import tail as fresh_tail
-from mindflow.loop.marks import MarkCache, visible, with_pins
+from mindflow.loop.marks import MarkCache, MarkState, visible, with_pins
 from mindflow.memories import TABLE
 from mindflow.models import utcnow
 from mindflow.recall import (
@@ -146,6 +146,12 @@ def _without_published_twins(memories: list[Memory]) -> list[Memory]:
     return [m for m in memories if not (m.fresh and published.intersection(m.source_episode_ids))]
 
 
+def _marked(marks: MarkState, memories: list[Memory]) -> list[Memory]:
+    """What `marks` leave of `memories`: no forgotten one, pins as last set. A recall applies the
+    marks it excluded refs by, read once (a stat of the marks file per read)."""
+    return with_pins(marks, visible(marks, memories))
+
+
 class RecallService:
     """The state of one server process: settings, the model, query vectors, echo memory."""
 
@@ -156,6 +162,8 @@ class RecallService:
         self.embedder = Embedder.for_settings(settings)
         self.vectors = QueryVectors(self.embedder, settings.api_query_cache)
         self.echo = EchoFilter(settings.api_echo_recalls, settings.api_echo_sessions)
+        # Recall events of this process; the appends of concurrent recalls share a write.
+        self.events = events.EventWriter(settings.events)
         # Several processes (workers, or a worker and its rankers) map one copy of each index from
         # files; a lone one keeps it in its own memory (no 250 MB written per 100,000 memories at
         # every new table version).
@@ -219,7 +227,7 @@ class RecallService:
 
     def write_event(self, event: events.RecallEvent) -> None:
         try:
-            events.append_events(self.settings.events, [event])
+            self.events.append([event])
         except OSError:
             # Losing one reinforcement must not cost the agent its memories.
             log.exception("could not append a recall event to %s", self.settings.events)
@@ -266,13 +274,13 @@ class RecallService:
         if index is not None and self.rankers is not None:
             found = self.rankers.rank(being_id, version, query, **ranking)
             if found is not None:
-                return self.apply_marks(being_id, _without_published_twins(found))
+                return _marked(marks, _without_published_twins(found))
         # From the hot index a recall is CPU work under the GIL: it waits its turn (off the GIL)
         # rather than taking turns at the GIL with others mid-recall. From LanceDB it mostly waits
         # on LanceDB's own threads, and runs beside others.
         with self._ranking if index is not None else contextlib.nullcontext():
             found = recall(table, being_id, query, vector, index=index, **ranking)
-        return self.apply_marks(being_id, _without_published_twins(found))
+        return _marked(marks, _without_published_twins(found))
 
     def _fresh(self, being_id: str, table, version) -> list[fresh_tail.FreshMemory]:
         """The being's fresh memories no tombstone hides, checked against the version the request reads."""
@@ -304,8 +312,7 @@ class RecallService:
 
     def apply_marks(self, being_id: str, memories: list[Memory]) -> list[Memory]:
         """What the being's marks leave of `memories`: no forgotten one, pins as last set."""
-        marks = self.marks.state(being_id)
-        return with_pins(marks, visible(marks, memories))
+        return _marked(self.marks.state(being_id), memories)
 
     def served_from(self) -> str:
         """`hot` or `lance`: where this thread's last recall read its candidates."""

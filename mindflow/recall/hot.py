@@ -38,6 +38,7 @@ from mindflow.recall import fulltext, primitives
 from mindflow.recall import sessions as sessions_module
 from mindflow.recall.hot_files import HotFiles, IndexArrays
 from mindflow.recall.models import COLUMNS
+from mindflow.together import Together
 from mindflow.vectors import to_column
 
 log = logging.getLogger(__name__)
@@ -62,17 +63,6 @@ COARSE = 256
 SCAN_BATCH = 8
 
 
-class _Ask:
-    """One query waiting for its scan: its code, then its scores (or the error of the scan)."""
-
-    def __init__(self, code: np.ndarray):
-        self.code = code
-        self.scores: np.ndarray | None = None
-        self.error: BaseException | None = None
-        self.lead = False  # this caller runs the next scan, for itself and those waiting
-        self.done = threading.Event()
-
-
 class Int8Scan:
     """Approximate dot products with every memory at a quarter of float32's memory traffic.
 
@@ -87,9 +77,8 @@ class Int8Scan:
     def __init__(self, session, scale: float):
         self.session = session
         self.scale = scale
-        self._lock = threading.Lock()
-        self._waiting: list[_Ask] = []
-        self._scanning = False
+        # Queries that reach the scan while one runs are scanned together next.
+        self._together: Together[np.ndarray, np.ndarray] = Together(self._scan, SCAN_BATCH)
 
     @classmethod
     def build(cls, vectors: np.ndarray) -> Int8Scan | None:
@@ -123,45 +112,15 @@ class Int8Scan:
     def scores(self, query: np.ndarray) -> np.ndarray:
         """int32 scores, in the order of the vectors: larger is more similar.
 
-        Callers on several threads at once share scans: the first runs one for itself, and the
-        queries that come meanwhile (up to SCAN_BATCH) are scanned together next, by the first of
-        them. A query's scores are the same alone or together (integer arithmetic)."""
+        Callers on several threads at once share scans (`mindflow.together`): the queries that
+        come while a scan runs (up to SCAN_BATCH) are scanned together next. A query's scores
+        are the same alone or together (integer arithmetic)."""
         step = 127.0 / max(float(np.abs(query).max()), 1e-12)
-        ask = _Ask((np.clip(np.rint(query * step), -127, 127) + 128).astype(np.uint8))
-        with self._lock:
-            self._waiting.append(ask)
-            if not self._scanning:
-                self._scanning = ask.lead = True
-        if not ask.lead:
-            ask.done.wait()  # scanned by another caller, or made the next to scan
-        if ask.lead:
-            self._scan()
-        if ask.error is not None:
-            raise ask.error
-        return ask.scores
+        return self._together((np.clip(np.rint(query * step), -127, 127) + 128).astype(np.uint8))
 
-    def _scan(self) -> None:
-        """One scan of the queries waiting (the leading caller's first), then the lead passed on."""
-        with self._lock:
-            batch, self._waiting = self._waiting[:SCAN_BATCH], self._waiting[SCAN_BATCH:]
-        try:
-            found = self.session.run(None, {"query": np.stack([a.code for a in batch])})[0]
-            for ask, row in zip(batch, found, strict=True):
-                ask.scores = row
-        except BaseException as error:  # noqa: BLE001 - each caller raises it
-            for ask in batch:
-                ask.error = error
-        with self._lock:
-            following = self._waiting[0] if self._waiting else None
-            if following is None:
-                self._scanning = False
-            else:
-                following.lead = True
-        for ask in batch:
-            ask.lead = False
-            ask.done.set()
-        if following is not None:
-            following.done.set()
+    def _scan(self, codes: list[np.ndarray]) -> np.ndarray:
+        """The scores of each query code, one row per code."""
+        return self.session.run(None, {"query": np.stack(codes)})[0]
 
 
 def index_arrays(rows: pa.Table) -> IndexArrays:
