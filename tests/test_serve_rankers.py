@@ -33,11 +33,7 @@ class WithRankers(Served):
 
     def rankers(self) -> list[int]:
         """The spawned children: the rankers (and, while it writes a new index, its writer)."""
-        return [
-            p
-            for p in _children(self.process.pid)
-            if "multiprocessing.spawn" in Path(f"/proc/{p}/cmdline").read_text()
-        ]
+        return [p for p in _children(self.process.pid) if _spawned_alive(p)]
 
 
 @pytest.fixture
@@ -157,9 +153,11 @@ def test_a_killed_ranker_costs_no_answer(with_rankers):
 
 
 def _spawned_alive(pid: int) -> bool:
+    """A process started by multiprocessing's spawn, still running (a child listed a moment ago
+    may have exited since: the index writer ends with its build)."""
     try:
-        return "spawn" in Path(f"/proc/{pid}/cmdline").read_text()
-    except FileNotFoundError:
+        return "multiprocessing.spawn" in Path(f"/proc/{pid}/cmdline").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 

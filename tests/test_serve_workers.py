@@ -35,14 +35,21 @@ QUERIES = ["which database for the reports?", "deploy window", "CSV importer bug
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:  # a thread that ended since the listing
+            continue
     return out
 
 
 def _mapped(pid: int, name: str) -> set[str]:
-    """The `device inode` of each file called `name` that process `pid` maps."""
+    """The `device inode` of each file called `name` that process `pid` maps (none once it exited)."""
     found = set()
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # exited since it was listed
+        return found
+    for line in maps.splitlines():
         fields = line.split()
         if len(fields) >= 6 and fields[5].endswith(f"/{name}"):
             found.add(f"{fields[3]} {fields[4]}")
