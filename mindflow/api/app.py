@@ -223,9 +223,7 @@ def create_app(
     v1 = APIRouter(prefix="/v1/beings/{being_id}", responses=errors(401, 403, 422))
 
     @v1.post("/recall", response_model=models.RecallResponse, tags=["recall"], responses=errors(*BODY))
-    def recall(
-        being_id: Being, body: models.RecallRequest, background: BackgroundTasks, response: Response
-    ) -> models.RecallResponse:
+    def recall(being_id: Being, body: models.RecallRequest, background: BackgroundTasks) -> Response:
         """Hybrid recall of active memories: vector + full text, decay, recency, MMR.
 
         The `X-Mindflow-Recall` header says where the candidates came from: `hot` (the
@@ -234,9 +232,14 @@ def create_app(
         """
         started = time.perf_counter()
         answer = service.recall(being_id, body, background.add_task)
-        response.headers["X-Mindflow-Recall"] = service.served_from()
-        response.headers["Server-Timing"] = f"recall;dur={(time.perf_counter() - started) * 1000:.1f}"
-        return answer
+        headers = {
+            "X-Mindflow-Recall": service.served_from(),
+            "Server-Timing": f"recall;dur={(time.perf_counter() - started) * 1000:.1f}",
+        }
+        # Serialised here and sent as it is: `answer` is a RecallResponse already, which FastAPI
+        # would validate again on a thread-pool thread of its own (a second hand-off per recall)
+        # before serialising it. `response_model` still documents the answer.
+        return Response(answer.model_dump_json(), media_type="application/json", headers=headers)
 
     @v1.post("/resonance", response_model=models.ResonanceResponse, tags=["recall"], responses=errors(*BODY))
     def resonance(
