@@ -192,6 +192,19 @@ def test_session_document_is_the_bm25_of_the_sessions_texts_together():
     expected = np.zeros(5)
     expected[hits] = bm25
     assert sessions.text_scores(arrays, grouped, query) == pytest.approx(expected, rel=1e-5)
+    # With the sessions' own postings the scores are the very same numbers; a request that may
+    # not see a memory still counts the memories it may see.
+    worded = sessions.with_words(grouped, arrays)
+    assert worded.word_sessions is not None
+    for keep in (None, np.ones(7, bool)):
+        assert np.array_equal(
+            sessions.text_scores(arrays, worded, query, keep), sessions.text_scores(arrays, grouped, query)
+        )
+    hidden = np.ones(7, bool)
+    hidden[5] = False  # "a puppy photo", alone in its session
+    without = sessions.text_scores(arrays, worded, query, hidden)
+    assert np.array_equal(without, sessions.text_scores(arrays, grouped, query, hidden))
+    assert without[3] == 0 and without[4] > 0
     scores = sessions.document_scores(arrays, grouped, np.array([0, 3, -1, 6]), query)
     best = expected.max()
     assert scores == pytest.approx(

