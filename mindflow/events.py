@@ -100,10 +100,11 @@ class EventWriter:
     """`append_events` for the threads of a server process, those appending at once sharing a write.
 
     Each recall appends an event. Alone, each append takes the file's lock, writes and fsyncs
-    (~0.3 ms, much of it in the kernel); the appends that arrive while one is under way wait
-    for it and go out together in the next (`mindflow.together`): one lock, one write and one
-    fsync for all of them. Each `append` still returns only once its own events are durable,
-    and raises if they could not be written.
+    (0.22-0.23 ms of CPU an event, half of it in the kernel, with 8 threads appending); the
+    appends that arrive while one is under way wait for it and go out together in the next
+    (`mindflow.together`): one lock, one write and one fsync for all of them (0.11-0.13 ms).
+    Each `append` still returns only once its own events are durable, and raises if they could
+    not be written.
     """
 
     def __init__(self, events_dir: Path):

@@ -50,14 +50,14 @@ def with_words(sessions: Sessions, text: fulltext.TextArrays) -> Sessions:
     a query at 100,000 memories, the same scores)."""
     starts = np.asarray(text.starts, dtype=np.int64)
     words = np.repeat(np.arange(len(starts) - 1, dtype=np.int64), np.diff(starts))
-    key = words * max(sessions.count, 1) + sessions.of[np.asarray(text.positions, dtype=np.int64)]
+    width = max(sessions.count, 1)  # one key per (word, session): word x width + session
+    key = words * width + sessions.of[np.asarray(text.positions, dtype=np.int64)]
     pairs, which = np.unique(key, return_inverse=True)
     counts = np.bincount(which, weights=np.asarray(text.counts, dtype=np.float64), minlength=len(pairs))
-    word_of_pair = pairs // max(sessions.count, 1)
     return replace(
         sessions,
-        word_starts=np.searchsorted(word_of_pair, np.arange(len(starts))),
-        word_sessions=pairs % max(sessions.count, 1),
+        word_starts=np.searchsorted(pairs // width, np.arange(len(starts))),
+        word_sessions=pairs % width,
         word_counts=counts,
     )
 
