@@ -12,7 +12,8 @@ new query, so the server embeds each one (its query-vector cache never hits).
 Settings: 10,000 memories with the indexes `memories.publish` builds (full-text,
 scalar, and IVF_FLAT once the table holds 50,000 rows), 100,000 after the new
 rows were folded into those indexes by optimize() as publish does. Prints
-p50/p95/p99 per setting (single client, 8 concurrent clients), the in-process
+p50/p95/p99 per setting (320 requests of a single client, 960 of 8 concurrent clients, each
+a client made and connected before the clock starts), the in-process
 baseline (recall() reading every candidate from LanceDB, as without the server's hot
 index), recall() from the hot index, the query embedding through onnxruntime, the
 server's resident memory, and the load average and a CPU reference (latency on a
@@ -43,8 +44,9 @@ OTHERS = [f"bench-other-{i:02d}" for i in range(10)]
 OTHER_SIZE = 5_000
 SIZES = (10_000, 100_000)  # indexed at the first, measured at the second
 WARMUP = 30
-REQUESTS = 320  # per setting, after warm-up
+REQUESTS = 320  # per setting, after warm-up: one client's, and the in-process figures'
 CLIENTS = 8
+CONCURRENT_REQUESTS = 960  # per setting, after warm-up, the 8 clients' together
 VOCABULARY = 6_000
 TARGET_RATE = 150  # requests/s of 8 concurrent clients at 100,000 memories
 TARGET_CONCURRENT_P95_MS = 60.0
@@ -300,25 +302,31 @@ class Server:
                 self.process.wait()
 
 
-def timed_requests(url: str, queries: list[str], clients: int) -> list[float]:
-    """Latency in ms of each POST recall (k=5), from `clients` threads with a client each."""
+def connected(url: str, count: int) -> list:
+    """`count` clients of the server, each kept with its connection for every round: their
+    construction (an httpx client builds its TLS context, ~25 ms of CPU) and first connection
+    are no part of the requests timed."""
     from mindflow.client import MindflowClient
 
+    return [MindflowClient(url) for _ in range(count)]
+
+
+def timed_requests(clients: list, queries: list[str]) -> list[float]:
+    """Latency in ms of each POST recall (k=5), from a thread per client, all at once."""
     latencies: list[float] = []
     lock = threading.Lock()
-    chunks = [queries[i::clients] for i in range(clients)]
+    chunks = [queries[i :: len(clients)] for i in range(len(clients))]
 
-    def work(chunk: list[str]) -> None:
+    def work(client, chunk: list[str]) -> None:
         mine = []
-        with MindflowClient(url) as client:
-            for q in chunk:
-                t0 = time.perf_counter()
-                client.recall(MAIN, q, k=5)
-                mine.append((time.perf_counter() - t0) * 1000)
+        for q in chunk:
+            t0 = time.perf_counter()
+            client.recall(MAIN, q, k=5)
+            mine.append((time.perf_counter() - t0) * 1000)
         with lock:
             latencies.extend(mine)
 
-    threads = [threading.Thread(target=work, args=(c,)) for c in chunks]
+    threads = [threading.Thread(target=work, args=pair) for pair in zip(clients, chunks, strict=True)]
     for t in threads:
         t.start()
     for t in threads:
@@ -423,30 +431,36 @@ def servers() -> list[tuple[str, int, dict[str, str]]]:
 
 def serve_figures(home: Path, corpus: Corpus, workers: int, env: dict[str, str], requests: int) -> dict:
     """One server: single-client and concurrent latency, throughput, memory, warm-up time."""
-    queries = corpus.queries(2 * (WARMUP + requests))
-    single, concurrent = queries[: WARMUP + requests], queries[WARMUP + requests :]
+    queries = corpus.queries(2 * WARMUP + requests + CONCURRENT_REQUESTS)
+    single = queries[: WARMUP + requests]
+    concurrent = queries[WARMUP + requests :]
     with Server(home, workers, env) as server:
         built = until_hot(server.url, corpus)
-        # Every worker answers from its index before the clock starts (one more warm-up round).
-        timed_requests(server.url, single[:WARMUP], CLIENTS)
-        timed_requests(server.url, single[:WARMUP], 1)
-        t0 = time.perf_counter()
-        one = timed_requests(server.url, single[WARMUP:], 1)
-        one_wall = time.perf_counter() - t0
-        timed_requests(server.url, concurrent[:WARMUP], CLIENTS)
-        split: list[int] = []
-        # Counted once the clients are connected, while they run.
-        pid, port = server.process.pid, server.port
-        counter = threading.Timer(0.5, lambda: split.extend(connections_per_process(pid, port)))
-        t0, cpu0, own0 = time.perf_counter(), cpu_seconds(server.process.pid), time.process_time()
-        counter.start()
-        many = timed_requests(server.url, concurrent[WARMUP:], CLIENTS)
-        wall = time.perf_counter() - t0
-        counter.join()
-        # CPU per request, the server's and the clients' (this process): on a shared machine
-        # throughput moves with the load, CPU per request much less.
-        cpu = (cpu_seconds(server.process.pid) - cpu0) * 1000 / len(many)
-        own = (time.process_time() - own0) * 1000 / len(many)
+        clients = connected(server.url, CLIENTS)
+        try:
+            # Every worker answers from its index before the clock starts (one more warm-up round).
+            timed_requests(clients, single[:WARMUP])
+            timed_requests(clients[:1], single[:WARMUP])
+            t0 = time.perf_counter()
+            one = timed_requests(clients[:1], single[WARMUP:])
+            one_wall = time.perf_counter() - t0
+            timed_requests(clients, concurrent[:WARMUP])
+            split: list[int] = []
+            # Counted once the clients are connected, while they run.
+            pid, port = server.process.pid, server.port
+            counter = threading.Timer(0.5, lambda: split.extend(connections_per_process(pid, port)))
+            t0, cpu0, own0 = time.perf_counter(), cpu_seconds(server.process.pid), time.process_time()
+            counter.start()
+            many = timed_requests(clients, concurrent[WARMUP:])
+            wall = time.perf_counter() - t0
+            counter.join()
+            # CPU per request, the server's and the clients' (this process): on a shared machine
+            # throughput moves with the load, CPU per request much less.
+            cpu = (cpu_seconds(server.process.pid) - cpu0) * 1000 / len(many)
+            own = (time.process_time() - own0) * 1000 / len(many)
+        finally:
+            for client in clients:
+                client.close()
         pss, rss = memory_mb(server.process.pid)
     return {
         "one": one, "one_rate": len(one) / one_wall, "many": many, "many_rate": len(many) / wall,
@@ -537,7 +551,9 @@ def main() -> int:
         f"synthetic memories: {MAIN} holds {SIZES[1]:,}; {len(OTHERS)} other beings hold"
         f" {OTHER_SIZE:,} each. Every request is a new query (embedded by the server), k=5;"
         f" {WARMUP} warm-up requests before each measurement; {CLIENTS} concurrent clients are"
-        f" threads of this process, each with its own connection."
+        f" threads of this process, each with its own client and connection, made before the"
+        f" clock starts and kept for every round; {REQUESTS} single-client and"
+        f" {CONCURRENT_REQUESTS} concurrent requests per server."
     )
     figures = measure(home, f"{SIZES[1]:,} memories as published ({done})", corpus, embedder)
     before = figures[BASELINE]
