@@ -304,7 +304,7 @@ class Server:
 
 def connected(url: str, count: int) -> list:
     """`count` clients of the server, each kept with its connection for every round: their
-    construction (an httpx client builds its TLS context, ~25 ms of CPU) and first connection
+    construction (each used to build its own TLS context, ~18 ms of CPU) and first connection
     are no part of the requests timed."""
     from mindflow.client import MindflowClient
 

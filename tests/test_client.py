@@ -181,6 +181,66 @@ def test_unreachable_server_gives_up_after_retries():
         assert time.monotonic() - started < 5
 
 
+def _self_signed(folder) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 that no authority signed, and its key: (cert file, key file)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(cert_file), str(key_file)
+
+
+def test_clients_share_one_tls_context_and_still_verify_certificates(scripted, tmp_path):
+    """The clients of a process share one TLS context (made once), and it still refuses a
+    server whose certificate no authority signed."""
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    scripted.socket = context.wrap_socket(scripted.socket, server_side=True)
+    url = f"https://127.0.0.1:{scripted.server_address[1]}"
+    with MindflowClient(url, retries=0, timeout=5) as memory, MindflowClient(url, retries=0) as other:
+        with pytest.raises(MindflowUnavailable) as refused:
+            memory.story("ada")
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.value.message
+        assert memory._http._transport._pool._ssl_context is other._http._transport._pool._ssl_context
+
+    async def refused_async() -> str:
+        async with AsyncMindflowClient(url, retries=0, timeout=5) as memory:
+            with pytest.raises(MindflowUnavailable) as refused:
+                await memory.story("ada")
+            return refused.value.message
+
+    assert "CERTIFICATE_VERIFY_FAILED" in asyncio.run(refused_async())
+    assert scripted.calls == 0  # no request got through
+
+
 def test_client_rides_out_a_server_restart(settings):
     server = BackgroundServer(create_app(settings, tokens={TOKEN: "*"})).start()
     restarted = threading.Event()
