@@ -131,6 +131,51 @@ def test_every_ranker_maps_a_new_index_without_a_recall_of_its_own(with_rankers)
     assert len(server.rankers()) == 2
 
 
+def _pinned(server: WithRankers) -> list[set[int]]:
+    """The CPUs each ranking process may run on, once there are two (the index writer, started at
+    the first recall of a new version, exits when its files are written)."""
+    deadline = time.monotonic() + 60
+    while len(pids := server.rankers()) != 2:
+        assert time.monotonic() < deadline, f"not two ranking processes: {pids}"
+        time.sleep(0.1)
+    return sorted((os.sched_getaffinity(p) for p in pids), key=min)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: two rankers are not pinned")
+def test_each_ranker_runs_on_a_cpu_of_its_own(with_rankers):
+    """With no more rankers than CPUs each is pinned to one of the server's CPUs, in turn; the
+    server's own process is not; a replacement takes over the CPU of the ranker it replaces."""
+    _, server = with_rankers
+    cpus = sorted(os.sched_getaffinity(0))
+    _until_ranked(server, "ada")
+    assert _pinned(server) == [{cpus[0]}, {cpus[1]}]
+    assert os.sched_getaffinity(server.process.pid) == set(cpus)
+
+    killed = next(p for p in server.rankers() if os.sched_getaffinity(p) == {cpus[0]})
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    # A recall finds it dead (its zombie is no ranker any more, but the server counts it alive
+    # until then), and its replacement is started.
+    while not (
+        len(server.rankers()) == 2 and killed not in server.rankers() and server.ready()["rankers"] == 2
+    ):
+        assert time.monotonic() < deadline, "the killed ranking process was not replaced"
+        server.recall("ada", QUERIES[0])
+        time.sleep(0.2)
+    assert _pinned(server) == [{cpus[0]}, {cpus[1]}]
+
+
+def test_rankers_left_to_the_scheduler_are_not_pinned(published, monkeypatch):
+    monkeypatch.setenv("MINDFLOW_API_RANKERS", "2")
+    monkeypatch.setenv("MINDFLOW_API_PIN_RANKERS", "false")
+    server = WithRankers(published, workers=1)
+    try:
+        _until_ranked(server, "ada")
+        assert _pinned(server) == [set(os.sched_getaffinity(0))] * 2
+    finally:
+        server.close()
+
+
 def test_a_killed_ranker_costs_no_answer(with_rankers):
     settings, server = with_rankers
     expected = _expected(settings, "ada", QUERIES)

@@ -81,9 +81,14 @@ RANK_TIMEOUT = 30.0
 START_TIMEOUT = 300.0
 
 
-def _serve(conn, notices) -> None:
-    """A ranking process: load, say ready, then answer each recall sent down the pipe (and,
-    on a thread of its own, prepare each index `notices` names)."""
+def _serve(conn, notices, cpu: int | None = None) -> None:
+    """A ranking process: pinned to `cpu` when given, load, say ready, then answer each recall
+    sent down the pipe (and, on a thread of its own, prepare each index `notices` names)."""
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError as exc:  # the CPU was taken from the server's set since: run unpinned
+            log.warning("a ranking process could not be pinned to CPU %d: %s", cpu, exc)
     ranker = Ranker()
     threading.Thread(target=_prepare, args=(ranker, notices), daemon=True, name="mindflow-notices").start()
     conn.send("ready")
@@ -113,12 +118,16 @@ def _prepare(ranker: Ranker, notices) -> None:
 
 
 class _Process:
-    """One ranking process and the server's ends of its pipes: recalls, and notices of new indexes."""
+    """One ranking process and the server's ends of its pipes: recalls, and notices of new indexes.
+    `cpu`: the CPU it is pinned to (None: not pinned), which its replacement takes over."""
 
-    def __init__(self, context):
+    def __init__(self, context, cpu: int | None = None):
+        self.cpu = cpu
         self.conn, theirs = context.Pipe()
         their_notices, self.notices = context.Pipe(duplex=False)
-        self.process = context.Process(target=_serve, args=(theirs, their_notices), name="mindflow-ranker")
+        self.process = context.Process(
+            target=_serve, args=(theirs, their_notices, cpu), name="mindflow-ranker"
+        )
         self.process.start()
         theirs.close()
         their_notices.close()
@@ -166,11 +175,16 @@ class Rankers:
     recalls took ~15 ms and the slowest 5% over ~70 ms, where each waits ~55 ms in turn.
     """
 
-    def __init__(self, processes: int):
+    def __init__(self, processes: int, pin: bool = False):
         import multiprocessing
 
         self.processes = processes
         self._context = multiprocessing.get_context("spawn")
+        # With pin and no more rankers than CPUs, ranker i runs on the i-th CPU of the server's set.
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self._cpus: list[int | None] = (
+            list(cpus[:processes]) if pin and 1 < processes <= len(cpus) else [None] * processes
+        )
         self._lock = threading.Lock()
         # The free rankers, the one used last at the end: it is taken first, so under light load
         # one ranker answers with its caches warm.
@@ -185,7 +199,7 @@ class Rankers:
 
     def start(self) -> None:
         """Start every ranker and wait until each has loaded the model (server start-up)."""
-        for started in [_Process(self._context) for _ in range(self.processes)]:
+        for started in [_Process(self._context, cpu) for cpu in self._cpus]:
             self._admit(started)
         log.info("%d of %d ranking processes ready (MINDFLOW_API_RANKERS)", self.alive(), self.processes)
 
@@ -273,7 +287,7 @@ class Rankers:
         dead.stop()
         if not self._closed:
             log.warning("a ranking process died: it is replaced")
-            self._admit(_Process(self._context))
+            self._admit(_Process(self._context, dead.cpu))
 
     def rank(self, being_id: str, version: int, query: str, **kwargs):
         """The memories, or None when no ranker answers (the caller ranks the recall itself)."""

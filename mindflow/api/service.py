@@ -180,7 +180,9 @@ class RecallService:
         self._served = threading.local()
         # Recalls ranked from a hot index at once in this process (MINDFLOW_API_RECALL_THREADS).
         self._ranking = threading.BoundedSemaphore(settings.api_recall_threads)
-        self.rankers = Rankers(settings.api_rankers) if settings.api_rankers else None
+        self.rankers = (
+            Rankers(settings.api_rankers, pin=settings.api_pin_rankers) if settings.api_rankers else None
+        )
         self.model_ready = False
 
     def load_model(self) -> None:
