@@ -12,8 +12,8 @@ new query, so the server embeds each one (its query-vector cache never hits).
 Settings: 10,000 memories with the indexes `memories.publish` builds (full-text,
 scalar, and IVF_FLAT once the table holds 50,000 rows), 100,000 after the new
 rows were folded into those indexes by optimize() as publish does. Prints
-p50/p95/p99 per setting (320 requests of a single client, 960 of 8 concurrent clients, each
-a client made and connected before the clock starts), the in-process
+p50/p95/p99 per setting (REQUESTS of a single client, CONCURRENT_REQUESTS of 8 concurrent
+clients, each a client made and connected before the clock starts), the in-process
 baseline (recall() reading every candidate from LanceDB, as without the server's hot
 index), recall() from the hot index, the query embedding through onnxruntime, the
 server's resident memory, and the load average and a CPU reference (latency on a

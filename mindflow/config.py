@@ -288,7 +288,8 @@ class Settings(BaseSettings):
         description="Pin each ranking process to a CPU of its own (the server's CPUs in turn) when "
         "there are no more rankers than CPUs; the worker is not pinned. At 100,000 memories on 2 "
         "CPUs, 8 clients, pinned was faster in 11 of 15 alternating pairs, by ~3.5% on average "
-        "(README); a lone client's p95 ~0.3 ms slower (a ranker's full-text thread is pinned with it). "
+        "(README); a lone client's p95 ~0.3 ms slower (likely: a ranker's full-text thread is pinned "
+        "with it). "
         "Off on a machine whose other work should be free to push a ranker aside.",
     )
     api_recall_threads: int = Field(

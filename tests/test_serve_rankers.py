@@ -131,6 +131,18 @@ def test_every_ranker_maps_a_new_index_without_a_recall_of_its_own(with_rankers)
     assert len(server.rankers()) == 2
 
 
+def _until_replaced(server: WithRankers, killed: int, timeout: float = 90.0) -> None:
+    """Recall until the killed ranker is replaced: a recall finds it dead (its zombie is no
+    ranker any more, but the server counts it alive until then) and its replacement starts."""
+    deadline = time.monotonic() + timeout
+    while not (
+        len(server.rankers()) == 2 and killed not in server.rankers() and server.ready()["rankers"] == 2
+    ):
+        assert time.monotonic() < deadline, "the killed ranking process was not replaced"
+        server.recall("ada", QUERIES[0])
+        time.sleep(0.2)
+
+
 def _pinned(server: WithRankers) -> list[set[int]]:
     """The CPUs each ranking process may run on, once there are two (the index writer, started at
     the first recall of a new version, exits when its files are written)."""
@@ -153,15 +165,7 @@ def test_each_ranker_runs_on_a_cpu_of_its_own(with_rankers):
 
     killed = next(p for p in server.rankers() if os.sched_getaffinity(p) == {cpus[0]})
     os.kill(killed, signal.SIGKILL)
-    deadline = time.monotonic() + 90
-    # A recall finds it dead (its zombie is no ranker any more, but the server counts it alive
-    # until then), and its replacement is started.
-    while not (
-        len(server.rankers()) == 2 and killed not in server.rankers() and server.ready()["rankers"] == 2
-    ):
-        assert time.monotonic() < deadline, "the killed ranking process was not replaced"
-        server.recall("ada", QUERIES[0])
-        time.sleep(0.2)
+    _until_replaced(server, killed)
     assert _pinned(server) == [{cpus[0]}, {cpus[1]}]
 
 
@@ -185,13 +189,7 @@ def test_a_killed_ranker_costs_no_answer(with_rankers):
     for _ in range(3):  # the recall that finds it dead is ranked by the server, the others by the rest
         for query, refs in zip(QUERIES, expected, strict=True):
             assert server.recall("ada", query) == (refs, "hot")
-    deadline = time.monotonic() + 90
-    while not (
-        len(server.rankers()) == 2 and killed not in server.rankers() and server.ready()["rankers"] == 2
-    ):
-        assert time.monotonic() < deadline, "the killed ranking process was not replaced"
-        server.recall("ada", QUERIES[0])
-        time.sleep(0.2)
+    _until_replaced(server, killed)
     _until_ranked(server, "ada")
     for query, refs in zip(QUERIES, expected, strict=True):
         assert server.recall("ada", query) == (refs, "hot")

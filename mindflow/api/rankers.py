@@ -172,7 +172,7 @@ class Rankers:
     recall that has waited longest, not left for whichever thread takes it first. Before, a
     recall arriving just as a ranker came free often took it ahead of those waiting, and a woken
     waiter that lost the race queued again at the back: under 8 clients the fastest 1% of
-    recalls took ~15 ms and the slowest 5% over ~70 ms, where each waits ~55 ms in turn.
+    recalls took ~15 ms and the slowest 5% over ~68 ms, where each waits ~55 ms in turn.
     """
 
     def __init__(self, processes: int, pin: bool = False):
