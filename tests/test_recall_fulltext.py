@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from mindflow.recall import fulltext
+from mindflow.recall import fulltext, primitives
 
 TEXTS = [
     "I went camping with my kids last summer near the lake.",
@@ -158,3 +158,27 @@ def test_words_stemmed_by_many_threads_at_once_are_stemmed_right():
         if analysis.term(word) not in (alone.stemWord(word), "")  # "" is a stop word's term
     ]
     assert errors == [] and wrong == []
+
+
+@pytest.mark.parametrize("n, count", [(100_000, 256), (100_000, 30), (20_000, 2_400), (5_000, 30), (300, 30)])
+def test_largest_chooses_the_values_a_full_selection_chooses(n, count):
+    rng = np.random.default_rng(n + count)
+    cases = {
+        "floats": rng.normal(size=n).astype(np.float32),
+        "ties": rng.integers(-50, 50, size=n).astype(np.int32),
+        # the largest clustered at the start, where every sampled value is among them
+        "clustered": np.sort(rng.normal(size=n))[::-1].copy(),
+        # most masked out, as a scan over a short horizon
+        "masked": np.where(rng.random(n) < 0.995, -np.inf, rng.normal(size=n)),
+    }
+    # every sampled value among the largest: the bar is too high, and the full selection runs
+    strided = rng.normal(size=n)
+    strided[:: max(n // primitives.SAMPLE, 1)] += 100
+    cases["strided"] = strided
+    for name, values in cases.items():
+        chosen = primitives.largest(values, count)
+        assert len(chosen) == min(count, n) and len(np.unique(chosen)) == len(chosen), name
+        expected = np.sort(values)[::-1][:count]
+        assert np.array_equal(np.sort(values[chosen])[::-1], expected), name
+    assert len(primitives.largest(np.ones(10), 0)) == 0
+    assert sorted(primitives.largest(np.arange(5.0), 9)) == [0, 1, 2, 3, 4]

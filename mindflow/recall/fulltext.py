@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mindflow.recall.analysis import terms
-from mindflow.recall.primitives import BM25_B, BM25_K1, query_terms
+from mindflow.recall.primitives import BM25_B, BM25_K1, largest, query_terms
 
 
 @dataclass
@@ -92,7 +92,7 @@ def search(arrays: TextArrays, query: str, keep: np.ndarray, limit: int) -> tupl
     scores[~keep] = 0
     hits = np.flatnonzero(scores > 0)
     if len(hits) > limit:
-        hits = hits[np.argpartition(-scores[hits], limit - 1)[:limit]]
+        hits = hits[largest(scores[hits], limit)]
     hits = hits[np.argsort(-scores[hits], kind="stable")]
     return hits, scores[hits]
 

@@ -242,7 +242,7 @@ class BeingIndex:
         approx = self.scan.scores(q / max(float(np.linalg.norm(q)), 1e-12))
         if visible < len(keep):
             approx[~keep] = np.iinfo(np.int32).min
-        return np.argpartition(approx, len(approx) - coarse)[len(approx) - coarse :]
+        return primitives.largest(approx, coarse)
 
     def nearest(
         self, vector: np.ndarray, keep: np.ndarray, limit: int, scanned: np.ndarray | None = None

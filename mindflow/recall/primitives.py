@@ -217,3 +217,29 @@ def bm25_scores(tf: np.ndarray, lengths: np.ndarray, corpus: int, published_hits
 def bm25(query: str, docs: list[Counter], corpus: int, published_hits: int = 0) -> np.ndarray:
     """BM25 of texts not in the index (their `term_counts`) for the query (`bm25_scores`)."""
     return bm25_scores(*frequencies(query_terms(query), docs), corpus, published_hits)
+
+
+# `largest` first picks a bar from every SAMPLE-th value: over 100,000 scores the selection
+# then sorts the ~1,000 above it instead of all of them (0.05 ms against 0.8 ms).
+SAMPLE = 2048
+
+
+def largest(values: np.ndarray, count: int) -> np.ndarray:
+    """Positions of the `count` largest `values` (all of them when fewer), in no order; among
+    equal values at the bar, any. The same values as a full `argpartition` would choose."""
+    n = len(values)
+    if count >= n:
+        return np.arange(n)
+    if count <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if n >= 8 * SAMPLE and count * 8 <= n:
+        sample = values[:: n // SAMPLE]
+        # The sample's value where about twice `count` values of the whole are expected above
+        # it, and a few more: the bar is under the count-th largest unless the sample happens
+        # to hold many of the largest (p < 0.001 at 100,000 values and 256 chosen).
+        rank = min(len(sample), int(np.ceil(2 * count * len(sample) / n)) + 8)
+        bar = np.partition(sample, len(sample) - rank)[len(sample) - rank]
+        above = np.flatnonzero(values >= bar)
+        if len(above) >= count:
+            return above[np.argpartition(values[above], len(above) - count)[len(above) - count :]]
+    return np.argpartition(values, n - count)[n - count :]
