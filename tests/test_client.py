@@ -202,7 +202,9 @@ def _self_signed(folder) -> tuple[str, str]:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(days=1))
         .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
         .sign(key, hashes.SHA256())
     )
     cert_file, key_file = folder / "cert.pem", folder / "key.pem"

@@ -182,3 +182,13 @@ def test_largest_chooses_the_values_a_full_selection_chooses(n, count):
         assert np.array_equal(np.sort(values[chosen])[::-1], expected), name
     assert len(primitives.largest(np.ones(10), 0)) == 0
     assert sorted(primitives.largest(np.arange(5.0), 9)) == [0, 1, 2, 3, 4]
+
+
+def test_the_words_by_memory_are_each_texts_terms_in_its_order(texts):
+    arrays = fulltext.build(texts + ["", "the the the"])
+    positions = np.array([3, -1, 0, len(texts), len(texts) + 1, 3])
+    counted = fulltext.term_counts(arrays, positions)
+    expected = primitives.term_counts([texts[3], "", texts[0], "", "the the the", texts[3]])
+    assert counted == [dict(c) for c in expected]
+    assert [list(c) for c in counted] == [list(c) for c in expected]  # first use first: PRF's tie-break
+    assert fulltext.term_counts(fulltext.build([]), np.zeros(0, dtype=np.int64)) == []

@@ -276,7 +276,7 @@ def test_speakers_named_by_hand():
 
 
 def test_expansion_terms_are_shared_words_not_the_querys():
-    texts = ["Biscuit chewed the sofa", "Biscuit at the vet", "the budget review"]
+    texts = primitives.term_counts(["Biscuit chewed the sofa", "Biscuit at the vet", "the budget review"])
     assert expansion_terms("vet visit", texts, 5) == ["biscuit"]
     assert expansion_terms("vet visit", texts[:1], 5) == []  # one text shares nothing
 
@@ -304,13 +304,22 @@ def test_counts_from_the_hot_index_are_those_of_the_texts(table, embedder):
     where = primitives.memory_filter("ada")
     hot_source = HotRetrieval(table, where, index, index.mask())
     vector = embedder.encode(["puppy"])[0]
-    found = hot_source.vector(vector, 6, ["memory_ref", "text"])
+    # What recall carries with each candidate for the levers (`lever_columns`): from the index,
+    # its position there.
+    carried = ["memory_ref", *hot_source.lever_columns]
+    found = hot_source.vector(vector, 6, [*carried, "text"])
     words = primitives.query_terms("puppy chewing cushions budget")
-    tf, lengths = hot_source.term_frequencies(words, found.select(["memory_ref"]))
+    tf, lengths = hot_source.term_frequencies(words, found.select(carried))
     expected_tf, expected_lengths = LanceRetrieval(table, where).term_frequencies(words, found)
     assert tf.tolist() == expected_tf.tolist() and lengths.tolist() == expected_lengths.tolist()
     assert tf.sum() > 0
-    assert hot_source.texts(found.select(["memory_ref"])) == found.column("text").to_pylist()
+    # The words of each candidate from the index's words by memory: those of its text, in the
+    # text's order, with their counts (what PRF's expansion terms are chosen from).
+    counted = hot_source.term_counts(found.select(carried))
+    assert counted == primitives.term_counts(found.column("text").to_pylist())
+    assert [list(c) for c in counted] == [
+        list(c) for c in primitives.term_counts(found.column("text").to_pylist())
+    ]
 
     row = primitives.filtered_rows(table, where, 1).to_pylist()[0]
     fresh_rows = pa.Table.from_pylist(
@@ -318,10 +327,10 @@ def test_counts_from_the_hot_index_are_those_of_the_texts(table, embedder):
         schema=primitives.filtered_rows(table, where, 1).schema,
     )
     both = FreshRetrieval(HotRetrieval(table, where, index, index.mask()), fresh_rows, corpus=len(index))
-    pool = both.vector(vector, 7, ["memory_ref"])
+    pool = both.vector(vector, 7, ["memory_ref", *both.lever_columns])
     tf, lengths = both.term_frequencies(words, pool)
     at = pool.column("memory_ref").to_pylist().index("fresh-1")
     assert tf[:, at].tolist() == [1.0, 1.0, 1.0, 0.0] and lengths[at] == 3  # stemmed, "the" and "a" out
-    assert both.texts(pool)[at] == "The puppies chewed a cushion"
+    assert both.term_counts(pool)[at] == {"puppi": 1, "chew": 1, "cushion": 1}
     others = pool.take([i for i in range(pool.num_rows) if i != at])
     assert np.delete(tf, at, axis=1).tolist() == both.published.term_frequencies(words, others)[0].tolist()

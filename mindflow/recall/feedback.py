@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 from mindflow.recall import primitives
 
 
-def expansion_terms(query: str, texts: list[str], n: int) -> list[str]:
+def expansion_terms(query: str, texts: list[Mapping[str, int]], n: int) -> list[str]:
     """The `n` terms (`analysis.terms`) held by most of `texts` (at least two of them), the query's
-    own left out.
+    own left out. Each text is given by its terms and their counts, in the order it first uses
+    them (`primitives.term_counts`, or a hot index's `fulltext.term_counts`).
 
     The best candidates of a question tend to share the words of its answer's topic
     ("pottery", "kiln") that the question itself does not use; ties go to the word
@@ -20,7 +22,7 @@ def expansion_terms(query: str, texts: list[str], n: int) -> list[str]:
     asked = set(primitives.query_terms(query))
     held: Counter = Counter()
     used: Counter = Counter()
-    for counts in primitives.term_counts(texts):
+    for counts in texts:
         for word, count in counts.items():
             if word in asked or len(word) < 3 or word.isdigit():
                 continue

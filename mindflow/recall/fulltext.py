@@ -21,6 +21,7 @@ Everything is a flat numpy array (`TextArrays`), so server workers map one copy 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,23 +33,38 @@ from mindflow.recall.primitives import BM25_B, BM25_K1, largest, query_terms
 @dataclass
 class TextArrays:
     """Postings of a being's memories, by word: `vocabulary` sorted, word i's memories (their
-    positions in the index) and counts at `starts[i]:starts[i + 1]`, each memory's length."""
+    positions in the index) and counts at `starts[i]:starts[i + 1]`, each memory's length.
+
+    And by memory (what pseudo-relevance feedback reads of its best candidates, instead of
+    analysing their texts again: ~0.25 ms a text): memory j's distinct words (vocabulary
+    numbers, in the order the text first uses them) and their counts at
+    `word_starts[j]:word_starts[j + 1]`."""
 
     vocabulary: np.ndarray  # str, sorted
     starts: np.ndarray  # int64, len(vocabulary) + 1
     positions: np.ndarray  # int32
     counts: np.ndarray  # float32
     lengths: np.ndarray  # float32, one per memory
+    word_starts: np.ndarray  # int64, one per memory + 1
+    words: np.ndarray  # int32
+    word_counts: np.ndarray  # int32
 
 
 def build(texts: list[str]) -> TextArrays:
     """The postings of `texts` (position i = texts[i])."""
     words: list[str] = []
+    distinct: list[str] = []  # each text's words once, in the order it first uses them
+    distinct_counts: list[int] = []
     lengths = np.zeros(len(texts), dtype=np.float32)
+    word_starts = np.zeros(len(texts) + 1, dtype=np.int64)
     for position, text in enumerate(texts):
         found = terms(text)
         lengths[position] = len(found)
         words.extend(found)
+        counted = Counter(found)
+        distinct.extend(counted)
+        distinct_counts.extend(counted.values())
+        word_starts[position + 1] = len(distinct)
     ids: dict[str, int] = {}
     word_ids = np.fromiter((ids.setdefault(w, len(ids)) for w in words), dtype=np.int64, count=len(words))
     vocabulary = np.array(sorted(ids), dtype=str) if ids else np.zeros(0, dtype="<U1")
@@ -60,6 +76,7 @@ def build(texts: list[str]) -> TextArrays:
     # One (word, memory) pair per posting, with how often the word is in the memory.
     pairs, counts = np.unique(rank[word_ids] * max(len(texts), 1) + docs, return_counts=True)
     word_of, positions = np.divmod(pairs, max(len(texts), 1))
+    by_memory = rank[np.fromiter((ids[w] for w in distinct), dtype=np.int64, count=len(distinct))]
     starts = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(np.bincount(word_of, minlength=len(ids)), out=starts[1:])
     return TextArrays(
@@ -68,7 +85,24 @@ def build(texts: list[str]) -> TextArrays:
         positions=positions.astype(np.int32),
         counts=counts.astype(np.float32),
         lengths=lengths,
+        word_starts=word_starts,
+        words=by_memory.astype(np.int32),
+        word_counts=np.array(distinct_counts, dtype=np.int32),
     )
+
+
+def term_counts(arrays: TextArrays, positions: np.ndarray) -> list[dict[str, int]]:
+    """The words of the memories at `positions` with how often each uses them, in the order the
+    text first uses them (as `primitives.term_counts` counts a text); {} at a position of -1."""
+    out: list[dict[str, int]] = []
+    for position in positions.tolist():
+        if position < 0:
+            out.append({})
+            continue
+        start, end = int(arrays.word_starts[position]), int(arrays.word_starts[position + 1])
+        words = arrays.vocabulary[arrays.words[start:end]].tolist()
+        out.append(dict(zip(words, arrays.word_counts[start:end].tolist(), strict=True)))
+    return out
 
 
 def search(arrays: TextArrays, query: str, keep: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:

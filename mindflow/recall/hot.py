@@ -149,6 +149,9 @@ def index_arrays(rows: pa.Table) -> IndexArrays:
         text_positions=text.positions,
         text_counts=text.counts,
         text_lengths=text.lengths,
+        text_word_starts=text.word_starts,
+        text_words=text.words,
+        text_word_counts=text.word_counts,
         vectors=np.ascontiguousarray(vectors, dtype=np.float32),
         ts=rows.column("ts").to_numpy() if rows.num_rows else np.zeros(0, "datetime64[us]"),
         refs=refs,
@@ -186,7 +189,7 @@ class BeingIndex:
         self._sorted_refs = arrays.sorted_refs
         self.text = fulltext.TextArrays(
             arrays.text_vocabulary, arrays.text_starts, arrays.text_positions, arrays.text_counts,
-            arrays.text_lengths,
+            arrays.text_lengths, arrays.text_word_starts, arrays.text_words, arrays.text_word_counts,
         )  # fmt: skip
         self.dim = self.vectors.shape[1]
         self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None

@@ -33,10 +33,11 @@ from mindflow.inbox import validate_being_id
 log = logging.getLogger(__name__)
 
 # Bumped when the files' layout or the index's columns change: older folders are then rebuilt.
-FORMAT = 3
+FORMAT = 4
 ARRAYS = (
     "vectors", "ts", "refs", "by_ref", "sorted_refs",
     "text_vocabulary", "text_starts", "text_positions", "text_counts", "text_lengths",
+    "text_word_starts", "text_words", "text_word_counts",
 )  # fmt: skip
 ROWS = "rows.arrow"
 MANIFEST = "manifest.json"
@@ -63,6 +64,9 @@ class IndexArrays:
     text_positions: np.ndarray
     text_counts: np.ndarray
     text_lengths: np.ndarray
+    text_word_starts: np.ndarray
+    text_words: np.ndarray
+    text_word_counts: np.ndarray
     rows: pa.Table
 
 

@@ -6,12 +6,18 @@ ranking in `search.recall` does not know which one it talks to.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pyarrow as pa
 
 from mindflow.recall import fulltext, primitives, sessions
 from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import COLUMNS
+
+# A candidate's position in the being's hot index, carried with it for the levers that count its
+# words from the index's postings (`HotRetrieval.lever_columns`).
+POSITION = "_position"
 
 
 class LanceRetrieval:
@@ -41,19 +47,20 @@ class LanceRetrieval:
     def by_ref(self, refs: list[str]) -> pa.Table:
         return primitives.rows_by_ref(self.table, self.where, refs)
 
-    def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
-        """Each ref's session score (`sessions.document_scores`); 0 here: a session's turns are
-        read whole only from a hot index."""
-        return np.zeros(len(refs))
+    def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
+        """Each candidate's session score (`sessions.document_scores`), for rows of the pool; 0
+        here: a session's turns are read whole only from a hot index."""
+        return np.zeros(rows.num_rows)
 
-    def texts(self, rows: pa.Table) -> list[str]:
-        """The texts of these candidates (rows of the pool)."""
-        return [t or "" for t in rows.column("text").to_pylist()]
+    def term_counts(self, rows: pa.Table) -> list[Mapping[str, int]]:
+        """The words of these candidates (rows of the pool) with their counts, in the order each
+        text first uses them (`primitives.term_counts`)."""
+        return primitives.term_counts([t or "" for t in rows.column("text").to_pylist()])
 
     def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(how often each of `words` (terms) is in each of these candidates, words x rows; each
         one's length in words), for a BM25 among them (`primitives.bm25_scores`)."""
-        return primitives.frequencies(words, primitives.term_counts(self.texts(rows)))
+        return primitives.frequencies(words, self.term_counts(rows))
 
 
 class HotRetrieval(LanceRetrieval):
@@ -73,23 +80,13 @@ class HotRetrieval(LanceRetrieval):
         self.keep = keep
         self.scanned = scanned  # `BeingIndex.scanned` for the vector search, when the caller scanned
         self.own_text = own_text  # full text from the index's postings, not from LanceDB
-        self._read: list[tuple[np.ndarray, pa.Table]] = []  # (positions, their rows) read, not yet in _at
-        self._at: dict[str, int] = {}  # ref -> index position of the rows read so far
 
     def _rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
-        rows = self.index.rows_at(positions, columns)
-        self._read.append((positions, rows))
+        """The rows at these index positions, with POSITION when `columns` asks for it."""
+        rows = self.index.rows_at(positions, [c for c in columns if c != POSITION])
+        if POSITION in columns:
+            rows = rows.append_column(POSITION, pa.array(positions, type=pa.int64()))
         return rows
-
-    def _positions_of(self, refs: list[str]) -> np.ndarray:
-        """The index positions of refs this request read (-1 for others, such as fresh ones).
-
-        From what was read, not by a search of the index's sorted refs: after the scan has
-        swept the caches, that binary search costs ~0.5 ms for a pool of 400 at 100,000."""
-        for positions, rows in self._read:  # several levers ask in one request: each read is folded once
-            self._at.update(zip(rows.column("memory_ref").to_pylist(), positions.tolist(), strict=True))
-        self._read.clear()
-        return np.array([self._at.get(ref, -1) for ref in refs], dtype=np.int64)
 
     def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table:
         positions, cosine = self.index.nearest(vector, self.keep, limit, self.scanned)
@@ -127,32 +124,34 @@ class HotRetrieval(LanceRetrieval):
         positions = self.index.positions(refs)
         return self.index.rows_at(positions[self.keep[positions]], COLUMNS)
 
-    # The candidates' words come from the index's postings: no text is carried with them.
-    lever_columns = ()
+    # The candidates' words come from the index's postings: each carries its position there, not
+    # its text. (Looking the refs up in the index's sorted refs instead costs ~0.5 ms for a pool
+    # of 400 at 100,000, once the scan has swept the caches.)
+    lever_columns = (POSITION,)
 
-    def texts(self, rows: pa.Table) -> list[str]:
-        positions = self._positions_of(rows.column("memory_ref").to_pylist())
-        inside = np.flatnonzero(positions >= 0)
-        out = [""] * len(positions)
-        texts = self.index.rows_at(positions[inside], ["text"]).column("text").to_pylist()
-        for i, text in zip(inside.tolist(), texts, strict=True):
-            out[i] = text or ""
-        return out
+    def term_counts(self, rows: pa.Table) -> list[Mapping[str, int]]:
+        # From the index's words by memory: analysing the texts again cost ~0.25 ms each.
+        return fulltext.term_counts(self.index.text, _positions(rows))
 
     def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         # Counting the words of a few hundred texts no request has read before costs ~6.5 us a
         # text; the postings already hold the counts. A memory the index does not hold counts 0.
-        positions = self._positions_of(rows.column("memory_ref").to_pylist())
+        positions = _positions(rows)
         lengths = np.zeros(len(positions), dtype=np.float64)
         inside = positions >= 0
         lengths[inside] = self.index.text.lengths[positions[inside]]
         return fulltext.frequencies(self.index.text, words, positions), lengths
 
-    def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
+    def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
         # Only the turns the request may see lend their words: a forgotten one none.
         return sessions.document_scores(
-            self.index.text, self.index.sessions(gap_seconds), self._positions_of(refs), query, self.keep
+            self.index.text, self.index.sessions(gap_seconds), _positions(rows), query, self.keep
         )
+
+
+def _positions(rows: pa.Table) -> np.ndarray:
+    """The index positions the rows carry (-1 for a memory the index does not hold, a fresh one)."""
+    return rows.column(POSITION).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 class EmptyRetrieval:
@@ -170,13 +169,13 @@ class EmptyRetrieval:
     def by_ref(self, refs: list[str]) -> None:
         return None
 
-    def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
-        return np.zeros(len(refs))
+    def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
+        return np.zeros(rows.num_rows)
 
     lever_columns = ()
 
-    def texts(self, rows: pa.Table) -> list[str]:
-        return [""] * rows.num_rows
+    def term_counts(self, rows: pa.Table) -> list[Mapping[str, int]]:
+        return [{} for _ in range(rows.num_rows)]
 
     def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros((len(words), rows.num_rows)), np.zeros(rows.num_rows)
@@ -216,6 +215,9 @@ class FreshRetrieval:
         part = self.fresh.select([c for c in columns if c in self.fresh.column_names]).take(index)
         for name, values in extra.items():
             part = part.append_column(name, pa.array(values))
+        if POSITION in columns or (published is not None and POSITION in published.column_names):
+            # Not in the index: what the levers read as "count its words from the tail".
+            part = part.append_column(POSITION, pa.array(np.full(part.num_rows, -1), type=pa.int64()))
         if published is None or published.num_rows == 0:
             return part if part.num_rows else published
         known = set(published.column("memory_ref").to_pylist())
@@ -266,9 +268,10 @@ class FreshRetrieval:
         near |= np.array([r in named for r in self.refs], dtype=bool)
         return self._merged(published, np.flatnonzero(near), {}, [*COLUMNS, "vector"])
 
-    def session_documents(self, query: str, refs: list[str], gap_seconds: float) -> np.ndarray:
-        # A fresh memory's session is not in the index yet: scored 0, as recall without one.
-        return self.published.session_documents(query, refs, gap_seconds)
+    def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
+        # A fresh memory's session is not in the index yet (its POSITION is -1): scored 0, as
+        # recall without one.
+        return self.published.session_documents(query, rows, gap_seconds)
 
     @property
     def lever_columns(self) -> tuple[str, ...]:
@@ -279,10 +282,10 @@ class FreshRetrieval:
         refs = rows.column("memory_ref").to_pylist()
         return [(i, self._at[ref]) for i, ref in enumerate(refs) if self.is_fresh(ref)]
 
-    def texts(self, rows: pa.Table) -> list[str]:
-        out = self.published.texts(rows)
+    def term_counts(self, rows: pa.Table) -> list[Mapping[str, int]]:
+        out = self.published.term_counts(rows)
         for i, j in self._fresh_of(rows):
-            out[i] = self.fresh.column("text")[j].as_py() or ""
+            out[i] = self.terms[j]  # the tail's own counts of its texts
         return out
 
     def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:

@@ -88,7 +88,11 @@ def recall(
         source = FreshRetrieval(source, fresh, corpus, fresh_terms)
     limit = max(config.candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
-    if config.prf_terms > 0 or (config.rescore_weight > 0 and config.rescore_top > 0):
+    if (
+        config.prf_terms > 0
+        or (config.rescore_weight > 0 and config.rescore_top > 0)
+        or config.session_doc_weight > 0
+    ):
         # Those levers count the candidates' words: what the source needs for it is carried with them.
         slim = [*slim, *source.lever_columns]
     if config.speaker_weight > 0:
@@ -192,7 +196,7 @@ def recall(
     if config.session_doc_weight > 0:
         # After the context lift, as the session score: a session's turns are one another's
         # neighbours, and the lift would count the same session twice.
-        documents = source.session_documents(query, refs, 60.0 * config.session_gap_minutes)
+        documents = source.session_documents(query, pool, 60.0 * config.session_gap_minutes)
         context = context + config.session_doc_weight * documents
     named = np.zeros(len(refs))
     if config.speaker_weight > 0:
@@ -307,7 +311,7 @@ def _feedback(source, query: str, pool: pa.Table, weighted: np.ndarray, config, 
     best = np.argsort(-weighted, kind="stable")[: config.prf_docs]
     rows = _words_of(source, pool)
     words = feedback.expansion_terms(
-        query, source.texts(rows.take(pa.array(best, type=pa.int64()))), config.prf_terms
+        query, source.term_counts(rows.take(pa.array(best, type=pa.int64()))), config.prf_terms
     )
     if words:
         scores = primitives.bm25_scores(*source.term_frequencies(words, rows), pool.num_rows)
