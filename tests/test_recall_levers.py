@@ -334,3 +334,48 @@ def test_counts_from_the_hot_index_are_those_of_the_texts(table, embedder):
     assert both.term_counts(pool)[at] == {"puppi": 1, "chew": 1, "cushion": 1}
     others = pool.take([i for i in range(pool.num_rows) if i != at])
     assert np.delete(tf, at, axis=1).tolist() == both.published.term_frequencies(words, others)[0].tolist()
+
+
+def test_a_fresh_memory_ranks_beside_a_hot_index_with_every_lever_on(table, embedder):
+    # With the levers on, the pool carries each candidate's index position; a fresh memory, found
+    # by vector, by full text and in the context windows, carries -1 there and is counted from the
+    # tail, and comes back marked fresh.
+    from mindflow.recall.retrieval import POSITION, FreshRetrieval, HotRetrieval
+
+    index = _session_index(table)
+    where = primitives.memory_filter("ada")
+    published = primitives.filtered_rows(table, where, None)
+    row = published.to_pylist()[0]
+    text = "Biscuit the puppy chewed a cushion again"
+    fresh_rows = pa.Table.from_pylist(
+        [
+            {
+                **row,
+                "memory_ref": "fresh-1",
+                "text": text,
+                "ts": T0 + timedelta(minutes=3),
+                "vector": embedder.encode([text])[0].tolist(),
+            }
+        ],
+        schema=published.schema,
+    )
+    config = replace(
+        BASE, prf_terms=3, prf_docs=2, prf_weight=0.5, session_doc_weight=0.2, rescore_weight=0.1
+    )
+    query = "puppy cushion"
+    found = recall(
+        table, "ada", query, embedder.encode([query])[0], k=6, config=config, now=T0 + timedelta(days=10),
+        index=index, fresh=fresh_rows, corpus=len(index),
+    )  # fmt: skip
+    fresh = [m for m in found if m.memory_ref == "fresh-1"]
+    assert len(fresh) == 1 and fresh[0].fresh
+    assert all(not m.fresh for m in found if m.memory_ref != "fresh-1")
+
+    # The context window around the first session, read with the pool's columns: the index's
+    # turns at their positions, the fresh one at -1.
+    both = FreshRetrieval(HotRetrieval(table, where, index, index.mask()), fresh_rows, corpus=len(index))
+    span = [(T0 - timedelta(minutes=1), T0 + timedelta(minutes=10))]
+    around = both.around(span, 50, [], ["memory_ref", "ts", POSITION])
+    at = dict(zip(around.column("memory_ref").to_pylist(), around.column(POSITION).to_pylist(), strict=True))
+    assert at.pop("fresh-1") == -1
+    assert len(at) == 3 and all(index.refs[p] == ref for ref, p in at.items())

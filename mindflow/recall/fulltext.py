@@ -52,7 +52,6 @@ class TextArrays:
 
 def build(texts: list[str]) -> TextArrays:
     """The postings of `texts` (position i = texts[i])."""
-    words: list[str] = []
     distinct: list[str] = []  # each text's words once, in the order it first uses them
     distinct_counts: list[int] = []
     lengths = np.zeros(len(texts), dtype=np.float32)
@@ -60,34 +59,36 @@ def build(texts: list[str]) -> TextArrays:
     for position, text in enumerate(texts):
         found = terms(text)
         lengths[position] = len(found)
-        words.extend(found)
         counted = Counter(found)
         distinct.extend(counted)
         distinct_counts.extend(counted.values())
         word_starts[position + 1] = len(distinct)
     ids: dict[str, int] = {}
-    word_ids = np.fromiter((ids.setdefault(w, len(ids)) for w in words), dtype=np.int64, count=len(words))
+    word_ids = np.fromiter(
+        (ids.setdefault(w, len(ids)) for w in distinct), dtype=np.int64, count=len(distinct)
+    )
     vocabulary = np.array(sorted(ids), dtype=str) if ids else np.zeros(0, dtype="<U1")
     # Word ids in the order of the sorted vocabulary, so a word is found by binary search.
     rank = np.empty(len(ids), dtype=np.int64)
     order = np.fromiter((ids[w] for w in vocabulary.tolist()), dtype=np.int64, count=len(ids))
     rank[order] = np.arange(len(ids))
-    docs = np.repeat(np.arange(len(texts), dtype=np.int64), lengths.astype(np.int64))
-    # One (word, memory) pair per posting, with how often the word is in the memory.
-    pairs, counts = np.unique(rank[word_ids] * max(len(texts), 1) + docs, return_counts=True)
-    word_of, positions = np.divmod(pairs, max(len(texts), 1))
-    by_memory = rank[np.fromiter((ids[w] for w in distinct), dtype=np.int64, count=len(distinct))]
+    by_memory = rank[word_ids]
+    # The postings are the words by memory turned over: one (word, memory) pair each, sorted by
+    # word, then memory.
+    docs = np.repeat(np.arange(len(texts), dtype=np.int64), np.diff(word_starts))
+    postings = np.lexsort((docs, by_memory))
+    counts = np.array(distinct_counts, dtype=np.int32)
     starts = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(word_of, minlength=len(ids)), out=starts[1:])
+    np.cumsum(np.bincount(by_memory, minlength=len(ids)), out=starts[1:])
     return TextArrays(
         vocabulary=vocabulary,
         starts=starts,
-        positions=positions.astype(np.int32),
-        counts=counts.astype(np.float32),
+        positions=docs[postings].astype(np.int32),
+        counts=counts[postings].astype(np.float32),
         lengths=lengths,
         word_starts=word_starts,
         words=by_memory.astype(np.int32),
-        word_counts=np.array(distinct_counts, dtype=np.int32),
+        word_counts=counts,
     )
 
 

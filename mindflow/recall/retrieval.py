@@ -215,7 +215,7 @@ class FreshRetrieval:
         part = self.fresh.select([c for c in columns if c in self.fresh.column_names]).take(index)
         for name, values in extra.items():
             part = part.append_column(name, pa.array(values))
-        if POSITION in columns or (published is not None and POSITION in published.column_names):
+        if POSITION in columns:
             # Not in the index: what the levers read as "count its words from the tail".
             part = part.append_column(POSITION, pa.array(np.full(part.num_rows, -1), type=pa.int64()))
         if published is None or published.num_rows == 0:
@@ -266,7 +266,9 @@ class FreshRetrieval:
             near |= (self.ts >= np.datetime64(start, "us")) & (self.ts <= np.datetime64(end, "us"))
         named = set(also)
         near |= np.array([r in named for r in self.refs], dtype=bool)
-        return self._merged(published, np.flatnonzero(near), {}, [*COLUMNS, "vector"])
+        # Every column, as LanceDB's `around` reads, and what the request carries (POSITION).
+        wanted = list(dict.fromkeys([*COLUMNS, "vector", *columns]))
+        return self._merged(published, np.flatnonzero(near), {}, wanted)
 
     def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
         # A fresh memory's session is not in the index yet (its POSITION is -1): scored 0, as
