@@ -19,12 +19,14 @@ before anybody waits for it.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 POOL = "duckdb"
 PID_TAG = "mindflow/pid"
@@ -234,6 +236,13 @@ def describe_holders(instance) -> str:
     return "; ".join(h.describe() for h in holders(instance))
 
 
+def storage_locked(error: BaseException) -> bool:
+    """Whether `error` is SQLite's "database is locked": a process stopped mid-write (Ctrl-Z, a
+    debugger, SIGSTOP) holds a file of Dagster's SQLite storage, and SQLite's busy timeout
+    (30 s in Dagster) ran out waiting for it. It is a wait, not a failure."""
+    return "database is locked" in str(error) and type(error).__name__ == "OperationalError"
+
+
 def wait_until_free(
     instance, say: Callable[[str], None], *, poll_s: float = WAIT_POLL_S, limit: int = 1
 ) -> float:
@@ -241,17 +250,66 @@ def wait_until_free(
     one); returns the seconds waited.
 
     Says once what it waits for (and again when that changes). Between checks it sleeps,
-    so waiting costs no measurable CPU, and Ctrl-C (KeyboardInterrupt) stops it at once.
+    so waiting costs no measurable CPU, and Ctrl-C (KeyboardInterrupt) stops it at once (within
+    SQLite's busy timeout while the storage is locked).
     """
     began = time.monotonic()
     last = None
     while True:
-        reap_stale_runs(instance, log=say)
-        found = holders(instance)
-        if len(found) < limit:
-            return time.monotonic() - began
-        names = "; ".join(h.describe() for h in found)
+        try:
+            reap_stale_runs(instance, log=say)
+            found = holders(instance)
+        except Exception as error:
+            if not storage_locked(error):
+                raise
+            names = (
+                "a process stopped in the middle of writing to Dagster's storage (the storage is "
+                "locked; a run suspended with Ctrl-Z or a debugger resumes with `fg` or `kill -CONT`)"
+            )
+        else:
+            if len(found) < limit:
+                return time.monotonic() - began
+            names = "; ".join(h.describe() for h in found)
         if names != last:
             say(f"waiting for pool {POOL}: held by {names}. Ctrl-C stops waiting; nothing is lost.")
             last = names
         time.sleep(poll_s)
+
+
+@dataclass(frozen=True)
+class TurnNote:
+    """What a CLI process that holds a turn at the pool writes beside the turn's lock file, so a
+    process waiting for the turn can say who holds it without reading Dagster's storage (which a
+    holder stopped mid-write keeps locked)."""
+
+    job: str
+    label: str
+    pid: int
+    start: str | None
+    since: str
+
+    @staticmethod
+    def path(lock: Path) -> Path:
+        return lock.with_name(lock.name + ".holder")
+
+    def describe(self) -> str:
+        return f"{self.job} run for {self.label} (pid {self.pid}, since {self.since} UTC)"
+
+
+def write_turn_note(lock: Path, job: str, label: str) -> None:
+    """Name this process as the holder of the turn at `lock` (written whole, then renamed in)."""
+    pid = os.getpid()
+    note = TurnNote(job, label, pid, process_start(pid), f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S}")
+    partial = TurnNote.path(lock).with_name(f"{TurnNote.path(lock).name}.{pid}.partial")
+    partial.write_text(json.dumps(note.__dict__))
+    os.replace(partial, TurnNote.path(lock))
+
+
+def read_turn_note(lock: Path) -> TurnNote | None:
+    """The live holder named beside `lock`; None when the note is missing, unreadable or names a
+    process that is gone (the lock's holder has not written its note yet)."""
+    try:
+        note = TurnNote(**json.loads(TurnNote.path(lock).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return note if process_alive(note.pid, note.start) else None

@@ -182,7 +182,16 @@ def init_home(settings: Settings) -> Path:
 
     # A run left "started" by a killed process is marked failed here too, as before any run.
     with dg.DagsterInstance.get() as instance:
-        pool.reap_stale_runs(instance, log=_say)
+        try:
+            pool.reap_stale_runs(instance, log=_say)
+        except Exception as error:
+            if not pool.storage_locked(error):
+                raise
+            raise MindflowError(
+                f"Dagster's storage in {home} is locked by a process stopped in the middle of "
+                "writing to it (a run suspended with Ctrl-Z or a debugger); resume it (`fg`, "
+                "`kill -CONT <pid>`) or end it, then run `mindflow init` again. Nothing is lost."
+            ) from error
     with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s):
         pass
     return home
@@ -253,44 +262,56 @@ def _imports_frozen() -> Iterator[None]:
 
 
 @contextmanager
-def _pool_turn(instance, say: Callable[[str], None], writers: int = 1) -> Iterator[None]:
+def _pool_turn(
+    instance, say: Callable[[str], None], writers: int = 1, *, job: str = "", label: str = ""
+) -> Iterator[None]:
     """Hold one of this home's `writers` turns at pool `duckdb` while a run executes in this process.
 
     A file lock per turn orders the CLI's own runs (the kernel drops it with a killed process,
     so a kill -9 never leaves it taken); then `pool.wait_until_free` waits out runs that the
     daemon or the UI launched. Both wait asleep, and say what they wait for.
+
+    While it waits for a turn it names the holders from their turn notes, not from Dagster's
+    storage: a holder suspended mid-write keeps that storage locked, and a read would hang for
+    SQLite's busy timeout and fail.
     """
     from filelock import FileLock, Timeout
 
     folder = Path(os.environ["DAGSTER_HOME"])
-    turns = [FileLock(str(folder / (f"pool-{pool.POOL}.lock" if i == 0 else f"pool-{pool.POOL}-{i}.lock")))
+    paths = [folder / (f"pool-{pool.POOL}.lock" if i == 0 else f"pool-{pool.POOL}-{i}.lock")
              for i in range(writers)]  # fmt: skip
+    turns = [FileLock(str(path)) for path in paths]
 
     def free_turn():
-        for turn in turns:
+        for path, turn in zip(paths, turns, strict=True):
             try:
                 turn.acquire(timeout=0)
-                return turn
+                return path, turn
             except Timeout:
                 continue
         return None
 
+    def holders() -> str:
+        notes = [note for note in map(pool.read_turn_note, paths) if note is not None]
+        return "; ".join(note.describe() for note in notes) or "a run that is starting"
+
     held = free_turn()
     if held is None:
-        pool.reap_stale_runs(instance, log=say)
-        holders = pool.describe_holders(instance) or "a run that is starting"
+        said = holders()
         say(
-            f"waiting for pool {pool.POOL}: another mindflow process runs {holders}. "
+            f"waiting for pool {pool.POOL}: another mindflow process runs {said}. "
             "Ctrl-C stops waiting; nothing is lost."
         )
         while held is None:
             time.sleep(pool.WAIT_POLL_S)
             held = free_turn()
+    path, turn = held
     try:
+        pool.write_turn_note(path, job, label)
         pool.wait_until_free(instance, say, limit=writers)
         yield
     finally:
-        held.release()
+        turn.release()
 
 
 def run_job(
@@ -406,7 +427,10 @@ def run_job(
             events = launch.run_events(instance, run_id) if instance.get_run_by_id(run_id) else []
             success = status == "SUCCESS"
         else:
-            with _pool_turn(instance, say or _say, settings.duckdb_writers), _imports_frozen():
+            with (
+                _pool_turn(instance, say or _say, settings.duckdb_writers, job=job, label=label),
+                _imports_frozen(),
+            ):
                 # A run of the job rebuilt from the code location, executed here (public execute_job).
                 tags.update(pool.run_tags())
                 result = launch.execute(instance, job, run_config=run_config, tags=tags)

@@ -3,6 +3,7 @@ wait asleep, say what they wait for, stop on Ctrl-C, and complete once the holde
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -149,6 +150,57 @@ def test_a_waiting_run_says_why_sleeps_and_stops_on_ctrl_c(ingested):
     again = mindflow(home, "run", "decay", timeout=240)
     assert again.returncode == 0, again.stderr
     assert "decay [" in again.stdout and ": ok" in again.stdout
+
+
+def test_a_run_waits_while_a_stopped_process_keeps_dagster_storage_locked(ingested):
+    """A process stopped mid-write (Ctrl-Z, a debugger) keeps Dagster's SQLite event log locked:
+    the next run says so and waits, and completes once the lock is gone, instead of failing when
+    SQLite's busy timeout runs out."""
+    import sqlite3
+
+    home = ingested
+    index = home / "dagster" / "history" / "runs" / "index.db"
+    assert index.exists(), sorted(str(p.relative_to(home)) for p in (home / "dagster").rglob("*"))
+    holder = sqlite3.connect(index, isolation_level=None)
+    # What a Dagster process holds while it closes the last connection to a WAL file (it
+    # checkpoints under an exclusive lock): nobody else can even read it. Dagster's storage
+    # opens and closes a connection per operation, so a process stopped at a random instant
+    # is often stopped here.
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        waiter = start(home, "run", "decay")
+        stdout, stderr = _Lines(waiter.stdout), _Lines(waiter.stderr)
+        said = stderr.wait_for("the storage is locked", timeout=120)
+        assert "waiting for pool duckdb" in said and "Traceback" not in said
+        assert waiter.poll() is None, said
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    waiter.wait(timeout=240)
+    assert waiter.returncode == 0, stderr.all()
+    out = stdout.all()
+    assert "decay [" in out and ": ok" in out
+
+
+def test_turn_notes_name_a_live_holder_only(tmp_path):
+    from mindflow import pool
+
+    lock = tmp_path / "pool-duckdb.lock"
+    assert pool.read_turn_note(lock) is None
+    pool.write_turn_note(lock, "patrol", "bram")
+    note = pool.read_turn_note(lock)
+    assert note is not None and note.pid == os.getpid()
+    assert note.describe().startswith(f"patrol run for bram (pid {os.getpid()}, since ")
+    assert [p.name for p in tmp_path.iterdir()] == ["pool-duckdb.lock.holder"]
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    note = {"job": "patrol", "label": "bram", "pid": gone.pid, "start": None, "since": "x"}
+    pool.TurnNote.path(lock).write_text(json.dumps(note))
+    assert pool.read_turn_note(lock) is None  # its process is gone: the note names nobody
+    pool.TurnNote.path(lock).write_text("{not json")
+    assert pool.read_turn_note(lock) is None
 
 
 def test_init_marks_a_dead_run_failed(ingested):
