@@ -408,13 +408,15 @@ LEVERS = {
 
 BASELINE = "1 worker, no rankers"
 LEVERS_ON = ", levers on"
+ONE_AT_A_TIME = ", one recall at a time"  # MINDFLOW_API_RANKER_BATCH=1: no scans shared
 
 
 def servers() -> list[tuple[str, int, dict[str, str]]]:
     """(label, workers, environment) of each server measured: the single-process server as the
     baseline, then one worker per CPU (`--workers`), then one worker handing its recalls to one
     ranking process per CPU (`--rankers`, the default of `mindflow serve` on two or more CPUs),
-    each followed by itself with the levers on."""
+    each followed by itself with the levers on. Right before the rankers, the same rankers
+    each taking one recall at a time (MINDFLOW_API_RANKER_BATCH=1), the baseline of their batches."""
     from mindflow.api.rankers import default_processes
 
     cpus = os.cpu_count() or 1
@@ -427,11 +429,13 @@ def servers() -> list[tuple[str, int, dict[str, str]]]:
     ]
     # Each with the levers on right after it: the speed of a shared machine drifts within a run,
     # and measured last the levers would carry the drift.
-    return [
-        entry
-        for name, workers, env in plain
-        for entry in ((name, workers, env), (f"{name}{LEVERS_ON}", workers, {**env, **LEVERS}))
-    ]
+    measured = []
+    for name, workers, env in plain:
+        if name.startswith(f"1 worker, {cpus} rankers"):
+            one = {**env, "MINDFLOW_API_RANKER_BATCH": "1"}
+            measured.append((f"1 worker, {cpus} rankers{ONE_AT_A_TIME}", workers, one))
+        measured += [(name, workers, env), (f"{name}{LEVERS_ON}", workers, {**env, **LEVERS})]
+    return measured
 
 
 def serve_figures(home: Path, corpus: Corpus, workers: int, env: dict[str, str], requests: int) -> dict:
@@ -562,7 +566,8 @@ def main() -> int:
     )
     figures = measure(home, f"{SIZES[1]:,} memories as published ({done})", corpus, embedder)
     before = figures[BASELINE]
-    for name, *_ in [entry for entry in servers() if not entry[0].endswith(LEVERS_ON)][1:]:
+    plain = [name for name, *_ in servers() if not name.endswith((LEVERS_ON, ONE_AT_A_TIME))]
+    for name in plain[1:]:
         now, levers = figures[name], figures[f"{name}{LEVERS_ON}"]
         print(
             f"\n{SIZES[1]:,} memories, {CLIENTS} concurrent clients, {name}: {before['many_rate']:.0f} -> "
@@ -576,6 +581,14 @@ def main() -> int:
             f" {before['one_rate']:.0f} -> {now['one_rate']:.0f} requests/s; whole server PSS"
             f" {before['pss']:.0f} -> {now['pss']:.0f} MB (target <= {TARGET_PSS_MB:,})"
         )
+        single = figures.get(f"{name.removesuffix(' (default)')}{ONE_AT_A_TIME}")
+        if single is not None:
+            print(
+                f"ranker batches (MINDFLOW_API_RANKER_BATCH, default 4) against one recall at a time:"
+                f" {single['many_rate']:.0f} -> {now['many_rate']:.0f} requests/s, p95"
+                f" {np.percentile(single['many'], 95):.0f} -> {np.percentile(now['many'], 95):.0f} ms,"
+                f" server CPU {single['cpu']:.1f} -> {now['cpu']:.1f} ms a request"
+            )
     print(f"total {time.perf_counter() - started:.0f} s")
     # Latency on a shared 2-core machine moves with its load: say what it was.
     print(f"load average at the start {load_at_start}, at the end {load()} ({os.cpu_count()} CPUs)")

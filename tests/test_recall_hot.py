@@ -391,3 +391,37 @@ def test_queries_scanned_at_once_share_scans_and_each_gets_its_own_scores():
         assert all(isinstance(f.exception(), RuntimeError) for f in failed)
     scan.session = slow.session
     assert np.array_equal(scan.scores(queries[0]), alone[0])
+
+
+def test_queries_known_ahead_share_one_scan_and_rank_as_alone():
+    index, vectors = _synthetic_index(INT8_SCAN_FROM + 5_000)
+    rng = np.random.default_rng(5)
+    queries = [vectors[i] + 0.3 * rng.normal(size=vectors.shape[1]).astype(np.float32) for i in (1, 2, 3)]
+    keep = np.ones(len(index), dtype=bool)
+    horizon = index.mask(since=datetime(2026, 1, 10), until=datetime(2026, 1, 20))
+    alone = [index.nearest(q, visible, 30) for q, visible in zip(queries, (keep, horizon, keep), strict=True)]
+
+    index.scan.session = slow = _SlowScans(index.scan.session)
+    # The same query twice: one scan row serves the first, the second scans alone.
+    with index.scans_shared([*queries, queries[0]]):
+        assert slow.batches == [3]  # one scan for the three distinct queries
+        shared = [
+            index.nearest(q, visible, 30) for q, visible in zip(queries, (keep, horizon, keep), strict=True)
+        ]
+        assert slow.batches == [3]  # each read its scores from it
+        again = index.nearest(queries[0], keep, 30)
+        assert slow.batches == [3, 1]
+    for (positions, cosine), (want, want_cosine) in zip([*shared, again], [*alone, alone[0]], strict=True):
+        assert list(positions) == list(want) and np.array_equal(cosine, want_cosine)
+    # What no recall read is dropped on leaving: a later scan of that query runs.
+    with index.scans_shared(queries[:2]):
+        pass
+    assert slow.batches == [3, 1, 2] and not index.scan._ahead
+    index.nearest(queries[0], keep, 30)
+    assert slow.batches == [3, 1, 2, 1]
+    # A lone query or an index without an int8 scan has nothing to share.
+    with index.scans_shared(queries[:1]):
+        assert slow.batches == [3, 1, 2, 1]
+    small, small_vectors = _synthetic_index(500)
+    with small.scans_shared([small_vectors[1], small_vectors[2]]):
+        assert small.nearest(small_vectors[1], np.ones(500, dtype=bool), 1)[0][0] == 1

@@ -20,9 +20,11 @@ rankers. A ranker whose server is gone finds its pipe closed and exits.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +63,45 @@ class Ranker:
     def rank(self, being_id: str, version: int, query: str, kwargs: dict):
         """The recall from the being's index at `version`; None while this process maps no such
         index (it starts mapping it)."""
+        return next(self.rank_batch([(being_id, version, query, kwargs)]))
+
+    def rank_batch(self, batch: list[tuple[str, int, str, dict]]) -> Iterator:
+        """The recall of each (being, version, query, kwargs) of `batch` in turn, each as soon as
+        it is ranked: None for one whose index this process does not map yet, or that failed.
+
+        The recalls of one index share one int8 scan of their query vectors
+        (`BeingIndex.scans_shared`): at 100,000 memories a scan costs 2.1 ms for one query and
+        3.0 ms for four. Each query is still embedded alone, so its vector is the one it gets
+        alone."""
         from mindflow.recall import recall
 
-        table, index = self.prepare(being_id, version)
-        if index is None:
-            return None
-        return recall(table, being_id, query, lambda: self.vectors.get(query), index=index, **kwargs)
+        prepared = []
+        for being_id, version, _query, _ in batch:
+            try:
+                prepared.append(self.prepare(being_id, version))
+            except Exception:  # noqa: BLE001 - the server ranks this recall itself
+                log.exception("a ranking process could not open the index of %s", being_id)
+                prepared.append((None, None))
+        with contextlib.ExitStack() as shared:
+            indexes = {id(index): index for _, index in prepared if index is not None}
+            for key, index in indexes.items():
+                queries = [args[2] for args, (_, i) in zip(batch, prepared, strict=True) if id(i) == key]
+                if len(queries) > 1:
+                    try:
+                        shared.enter_context(index.scans_shared([self.vectors.get(q) for q in queries]))
+                    except Exception:  # noqa: BLE001 - each recall then scans alone
+                        log.exception("a ranking process could not scan a batch of queries together")
+            for (being_id, _, query, kwargs), (table, index) in zip(batch, prepared, strict=True):
+                if index is None:
+                    yield None
+                    continue
+                try:
+                    yield recall(
+                        table, being_id, query, lambda q=query: self.vectors.get(q), index=index, **kwargs
+                    )
+                except Exception:  # noqa: BLE001 - the server ranks this recall itself
+                    log.exception("a ranking process failed on a recall")
+                    yield None
 
     def prepare(self, being_id: str, version: int):
         """(table, the being's index at `version`); the index None while it is mapped in the
@@ -94,15 +129,12 @@ def _serve(conn, notices, cpu: int | None = None) -> None:
     conn.send("ready")
     while True:
         try:
-            args = conn.recv()
+            batch = conn.recv()
         except (EOFError, OSError):  # the server closed its end, or is gone
             return
-        try:
-            answer = ranker.rank(*args)
-        except Exception:  # noqa: BLE001 - the server ranks this recall itself
-            log.exception("a ranking process failed on a recall")
-            answer = None
-        conn.send(answer)
+        # One answer per recall of the batch, in its order, each sent as soon as it is ranked.
+        for answer in ranker.rank_batch(batch):
+            conn.send(answer)
 
 
 def _prepare(ranker: Ranker, notices) -> None:
@@ -141,8 +173,12 @@ class _Process:
     def ready(self) -> bool:
         return self.conn.poll(START_TIMEOUT) and self.conn.recv() == "ready"
 
-    def call(self, args: tuple):
-        self.conn.send(args)
+    def send(self, batch: list[tuple]) -> None:
+        """Hand the process these recalls; it answers each in turn (`receive`)."""
+        self.conn.send(batch)
+
+    def receive(self):
+        """The next answer of the recalls sent."""
         if not self.conn.poll(RANK_TIMEOUT):
             raise TimeoutError(f"no answer in {RANK_TIMEOUT:.0f} s")
         return self.conn.recv()
@@ -155,13 +191,27 @@ class _Process:
 
 
 class _Turn:
-    """A recall's place in the queue for a ranker: the ranker it is handed (None: rank it yourself)."""
+    """A recall's place in the queue for a ranker, then in the batch it is sent in."""
 
-    __slots__ = ("given", "ranker")
+    __slots__ = ("args", "batch", "given", "read")
 
-    def __init__(self) -> None:
-        self.ranker: _Process | None = None
+    def __init__(self, args: tuple) -> None:
+        self.args = args
+        self.batch: _Batch | None = None  # None once given: rank it yourself
         self.given = threading.Event()
+        self.read = threading.Event()  # its answer is the next on the pipe (or the batch failed)
+
+
+class _Batch:
+    """Recalls sent down one ranker's pipe at once, oldest first. The thread of each reads its own
+    answer, in the batch's order, so each returns as soon as its recall is ranked."""
+
+    __slots__ = ("failed", "ranker", "turns")
+
+    def __init__(self, ranker: _Process, turns: list[_Turn]) -> None:
+        self.ranker = ranker
+        self.turns = turns
+        self.failed = False
 
 
 class Rankers:
@@ -175,10 +225,14 @@ class Rankers:
     recalls took ~15 ms and the slowest 5% over ~68 ms, where each waits ~55 ms in turn.
     """
 
-    def __init__(self, processes: int, pin: bool = False):
+    def __init__(self, processes: int, pin: bool = False, batch: int = 1):
         import multiprocessing
 
+        if batch < 1:
+            raise ValueError(f"a ranker takes at least one recall at a time, not {batch}")
         self.processes = processes
+        # Waiting recalls handed to a ranker coming free at once, at most (MINDFLOW_API_RANKER_BATCH).
+        self.batch = batch
         self._context = multiprocessing.get_context("spawn")
         # With pin and no more rankers than CPUs, ranker i runs on the i-th CPU of the server's set.
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
@@ -222,8 +276,9 @@ class Rankers:
             log.error("a ranking process did not start: the server ranks its share of recalls")
         started.stop()
 
-    def _take(self) -> _Process | None:
-        """A free ranker, else the one handed to this recall in its turn; None when none is alive."""
+    def _take(self, turn: _Turn) -> _Batch | None:
+        """A free ranker for this recall alone, else the batch it is put in when its turn comes;
+        None when no ranker is alive."""
         with self._lock:
             for dead in [r for r in self._free if not r.process.is_alive()]:
                 self._free.remove(dead)
@@ -231,8 +286,7 @@ class Rankers:
             if self._closed or not self._alive:
                 return None
             if self._free and not self._waiting:
-                return self._free.pop()
-            turn = _Turn()
+                return _Batch(self._free.pop(), [turn])
             self._waiting.append(turn)
         while not turn.given.wait(1.0):
             with self._lock:
@@ -241,18 +295,20 @@ class Rankers:
                 if self._closed or not self._alive:
                     self._waiting.remove(turn)
                     return None
-        return turn.ranker
+        return turn.batch
 
     def _give(self, ranker: _Process) -> None:
-        """Called holding the lock: hand a ranker come free to the oldest waiting recall, or
-        keep it free."""
+        """Called holding the lock: hand a ranker come free to the oldest waiting recalls (up to
+        `batch` of them, sent together), or keep it free."""
         if not ranker.process.is_alive():
             self._lost(ranker)
             return
         if self._waiting:
-            turn = self._waiting.popleft()
-            turn.ranker = ranker
-            turn.given.set()
+            turns = [self._waiting.popleft() for _ in range(min(self.batch, len(self._waiting)))]
+            batch = _Batch(ranker, turns)
+            for turn in turns:
+                turn.batch = batch
+                turn.given.set()
             return
         self._free.append(ranker)
 
@@ -292,26 +348,54 @@ class Rankers:
     def rank(self, being_id: str, version: int, query: str, **kwargs):
         """The memories, or None when no ranker answers (the caller ranks the recall itself)."""
         self._notice(being_id, version)
-        ranker = self._take()
-        if ranker is None:
-            return None
         # The fresh tail's word counts are not sent: the ranker counts its texts itself, once per
         # text while they stay in its cache (`primitives.term_counts`). Pickled with each recall,
         # the counts of 2,000 fresh memories (MINDFLOW_TAIL_MAX_EPISODES) cost ~9 ms a recall.
         kwargs = {name: value for name, value in kwargs.items() if name != "fresh_terms"}
-        try:
-            answer = ranker.call((being_id, version, query, kwargs))
-        except Exception as exc:  # noqa: BLE001 - dead, hung, or its pipe in an unknown state
-            log.warning("a ranking process failed (%r): the server ranks this recall", exc)
-            with self._lock:
-                self._lost(ranker)
+        turn = _Turn((being_id, version, query, kwargs))
+        batch = self._take(turn)
+        if batch is None:
             return None
-        with self._lock:
-            if self._closed:
-                ranker.stop()
+        return self._answer(batch, turn)
+
+    def _answer(self, batch: _Batch, turn: _Turn):
+        """Send the batch (its oldest recall's thread does), then read this recall's answer once
+        the one before it has read its own; the last gives the ranker back."""
+        position = batch.turns.index(turn)
+        answer = None
+        try:
+            if position == 0:
+                try:
+                    batch.ranker.send([t.args for t in batch.turns])
+                except Exception as exc:  # noqa: BLE001 - dead, or its pipe broken
+                    self._fail(batch, exc)
             else:
-                self._give(ranker)
+                turn.read.wait()
+            if not batch.failed:
+                try:
+                    answer = batch.ranker.receive()
+                except Exception as exc:  # noqa: BLE001 - dead, hung, or its pipe in an unknown state
+                    self._fail(batch, exc)
+        finally:
+            if position + 1 < len(batch.turns):
+                batch.turns[position + 1].read.set()
+            elif not batch.failed:
+                with self._lock:
+                    if self._closed:
+                        batch.ranker.stop()
+                    else:
+                        self._give(batch.ranker)
         return answer
+
+    def _fail(self, batch: _Batch, exc: Exception) -> None:
+        """The batch's ranker failed: it is replaced, and the batch's recalls not yet answered are
+        ranked by the server."""
+        with self._lock:
+            if batch.failed:
+                return
+            batch.failed = True
+            self._lost(batch.ranker)
+        log.warning("a ranking process failed (%r): the server ranks its unanswered recalls", exc)
 
     def close(self) -> None:
         with self._lock:

@@ -181,7 +181,9 @@ class RecallService:
         # Recalls ranked from a hot index at once in this process (MINDFLOW_API_RECALL_THREADS).
         self._ranking = threading.BoundedSemaphore(settings.api_recall_threads)
         self.rankers = (
-            Rankers(settings.api_rankers, pin=settings.api_pin_rankers) if settings.api_rankers else None
+            Rankers(settings.api_rankers, pin=settings.api_pin_rankers, batch=settings.api_ranker_batch)
+            if settings.api_rankers
+            else None
         )
         self.model_ready = False
 

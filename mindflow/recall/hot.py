@@ -24,7 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -79,6 +81,8 @@ class Int8Scan:
         self.scale = scale
         # Queries that reach the scan while one runs are scanned together next.
         self._together: Together[np.ndarray, np.ndarray] = Together(self._scan, SCAN_BATCH)
+        # Scores scanned ahead for queries known to come (`shared`), by their codes.
+        self._ahead: dict[bytes, np.ndarray] = {}
 
     @classmethod
     def build(cls, vectors: np.ndarray) -> Int8Scan | None:
@@ -115,8 +119,35 @@ class Int8Scan:
         Callers on several threads at once share scans (`mindflow.together`): the queries that
         come while a scan runs (up to SCAN_BATCH) are scanned together next. A query's scores
         are the same alone or together (integer arithmetic)."""
+        code = self._code(query)
+        ahead = self._ahead.pop(code.tobytes(), None)
+        return ahead if ahead is not None else self._together(code)
+
+    @contextmanager
+    def shared(self, queries: list[np.ndarray]) -> Iterator[None]:
+        """While open, `scores` of these queries are read from one scan of them all, made here.
+
+        For a caller that knows which queries come next (a ranking process handed several
+        recalls at once): one scan streams the codes once for all of them (at 100,000 memories
+        2.1 ms for one query, 2.5 for two, 3.0 for four). What no recall asked for is dropped
+        on leaving."""
+        codes = list({code.tobytes(): code for code in map(self._code, queries)}.values())
+        if len(codes) > 1:
+            for start in range(0, len(codes), SCAN_BATCH):
+                part = codes[start : start + SCAN_BATCH]
+                for code, row in zip(part, self._scan(part), strict=True):
+                    self._ahead[code.tobytes()] = row
+        try:
+            yield
+        finally:
+            for code in codes:
+                self._ahead.pop(code.tobytes(), None)
+
+    @staticmethod
+    def _code(query: np.ndarray) -> np.ndarray:
+        """A query's uint8 code (offset by 128, MatMulInteger's zero point), scaled to its largest value."""
         step = 127.0 / max(float(np.abs(query).max()), 1e-12)
-        return self._together((np.clip(np.rint(query * step), -127, 127) + 128).astype(np.uint8))
+        return (np.clip(np.rint(query * step), -127, 127) + 128).astype(np.uint8)
 
     def _scan(self, codes: list[np.ndarray]) -> np.ndarray:
         """The scores of each query code, one row per code."""
@@ -241,11 +272,22 @@ class BeingIndex:
         coarse = max(COARSE, 8 * min(limit, visible))
         if self.scan is None or limit <= 0 or coarse >= visible:
             return None
-        q = np.asarray(vector, dtype=np.float32)
-        approx = self.scan.scores(q / max(float(np.linalg.norm(q)), 1e-12))
+        approx = self.scan.scores(self._unit(vector))
         if visible < len(keep):
             approx[~keep] = np.iinfo(np.int32).min
         return primitives.largest(approx, coarse)
+
+    def scans_shared(self, vectors: list[np.ndarray]):
+        """A context in which `scanned` reads the int8 scores of these query vectors from one scan
+        of them all (`Int8Scan.shared`); nothing to share in an index without an int8 scan."""
+        if self.scan is None or len(vectors) < 2:
+            return nullcontext()
+        return self.scan.shared([self._unit(vector) for vector in vectors])
+
+    @staticmethod
+    def _unit(vector: np.ndarray) -> np.ndarray:
+        q = np.asarray(vector, dtype=np.float32)
+        return q / max(float(np.linalg.norm(q)), 1e-12)
 
     def nearest(
         self, vector: np.ndarray, keep: np.ndarray, limit: int, scanned: np.ndarray | None = None
