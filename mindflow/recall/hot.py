@@ -132,12 +132,12 @@ class Int8Scan:
         2.1 ms for one query, 2.5 for two, 3.0 for four). What no recall asked for is dropped
         on leaving."""
         codes = list({code.tobytes(): code for code in map(self._code, queries)}.values())
-        if len(codes) > 1:
-            for start in range(0, len(codes), SCAN_BATCH):
-                part = codes[start : start + SCAN_BATCH]
-                for code, row in zip(part, self._scan(part), strict=True):
-                    self._ahead[code.tobytes()] = row
         try:
+            if len(codes) > 1:
+                for start in range(0, len(codes), SCAN_BATCH):
+                    part = codes[start : start + SCAN_BATCH]
+                    for code, row in zip(part, self._scan(part), strict=True):
+                        self._ahead[code.tobytes()] = row
             yield
         finally:
             for code in codes:
