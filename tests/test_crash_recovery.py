@@ -157,6 +157,11 @@ def test_a_run_waits_while_a_stopped_process_keeps_dagster_storage_locked(ingest
     the next run says so and waits, and completes once the lock is gone, instead of failing when
     SQLite's busy timeout runs out."""
     import sqlite3
+    import threading
+
+    import dagster as dg
+
+    from sensors.runs import stale_run_sensor
 
     home = ingested
     index = home / "dagster" / "history" / "runs" / "index.db"
@@ -171,9 +176,20 @@ def test_a_run_waits_while_a_stopped_process_keeps_dagster_storage_locked(ingest
     try:
         waiter = start(home, "run", "decay")
         stdout, stderr = _Lines(waiter.stdout), _Lines(waiter.stderr)
+        # The daemon's stale_run_sensor meanwhile skips its tick, saying why, instead of erring.
+        ticks: list = []
+
+        def tick():
+            with _instance(home) as instance:
+                ticks.append(stale_run_sensor(dg.build_sensor_context(instance=instance)))
+
+        sensor = threading.Thread(target=tick, daemon=True)
+        sensor.start()
         said = stderr.wait_for("the storage is locked", timeout=120)
         assert "waiting for pool duckdb" in said and "Traceback" not in said
         assert waiter.poll() is None, said
+        sensor.join(120)
+        assert len(ticks) == 1 and "locked" in ticks[0].skip_message, ticks
     finally:
         holder.execute("ROLLBACK")
         holder.close()
