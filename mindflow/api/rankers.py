@@ -63,7 +63,8 @@ class Ranker:
     def rank(self, being_id: str, version: int, query: str, kwargs: dict):
         """The recall from the being's index at `version`; None while this process maps no such
         index (it starts mapping it)."""
-        return next(self.rank_batch([(being_id, version, query, kwargs)]))
+        [answer] = self.rank_batch([(being_id, version, query, kwargs)])
+        return answer
 
     def rank_batch(self, batch: list[tuple[str, int, str, dict]]) -> Iterator:
         """The recall of each (being, version, query, kwargs) of `batch` in turn, each as soon as
