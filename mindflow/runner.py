@@ -291,13 +291,13 @@ def _pool_turn(
                 continue
         return None
 
-    def holders() -> str:
+    def noted_holders() -> str:
         notes = [note for note in map(pool.read_turn_note, paths) if note is not None]
         return "; ".join(note.describe() for note in notes) or "a run that is starting"
 
     held = free_turn()
     if held is None:
-        said = holders()
+        said = noted_holders()
         say(
             f"waiting for pool {pool.POOL}: another mindflow process runs {said}. "
             "Ctrl-C stops waiting; nothing is lost."
@@ -311,6 +311,7 @@ def _pool_turn(
         pool.wait_until_free(instance, say, limit=writers)
         yield
     finally:
+        pool.TurnNote.path(path).unlink(missing_ok=True)  # a killed holder's is ignored: its pid is gone
         turn.release()
 
 
