@@ -150,6 +150,8 @@ def test_a_waiting_run_says_why_sleeps_and_stops_on_ctrl_c(ingested):
     again = mindflow(home, "run", "decay", timeout=240)
     assert again.returncode == 0, again.stderr
     assert "decay [" in again.stdout and ": ok" in again.stdout
+    # Its turn note went with its turn.
+    assert not (home / "dagster" / "pool-duckdb.lock.holder").exists()
 
 
 def test_a_run_waits_while_a_stopped_process_keeps_dagster_storage_locked(ingested):
