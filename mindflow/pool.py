@@ -19,6 +19,8 @@ before anybody waits for it.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import socket
@@ -27,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+from mindflow.errors import MindflowError
 
 POOL = "duckdb"
 PID_TAG = "mindflow/pid"
@@ -167,6 +171,34 @@ def _uses_pool(run) -> bool:
     return concurrency is None or POOL in (concurrency.all_pools or ())
 
 
+class StorageLocked(MindflowError):
+    """Dagster's SQLite storage is locked by a process stopped mid-write (Ctrl-Z, a debugger,
+    SIGSTOP), and SQLite's busy timeout (30 s in Dagster) ran out waiting for it: a wait, not a
+    failure of the storage."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Dagster's storage is locked by a process stopped in the middle of writing to it (a run "
+            "suspended with Ctrl-Z or a debugger resumes with `fg` or `kill -CONT <pid>`); nothing is lost"
+        )
+
+
+def _storage_read(function):
+    """`function`, raising StorageLocked where SQLite says "database is locked"."""
+
+    @functools.wraps(function)
+    def reading(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:
+            if "database is locked" in str(error) and type(error).__name__ == "OperationalError":
+                raise StorageLocked() from error
+            raise
+
+    return reading
+
+
+@_storage_read
 def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapReport:
     """Report failed every unfinished run whose process is gone; free the slots of finished runs.
 
@@ -215,6 +247,7 @@ def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapR
     return report
 
 
+@_storage_read
 def holders(instance) -> list[Holder]:
     """The live runs in progress that use the pool, oldest first."""
     import dagster as dg
@@ -230,17 +263,6 @@ def holders(instance) -> list[Holder]:
         started = datetime.fromtimestamp(record.start_time, UTC) if record.start_time else None
         found.append(Holder(run.run_id, run.job_name, run.status.value, pid, started))
     return sorted(found, key=lambda h: h.started or datetime.max.replace(tzinfo=UTC))
-
-
-def describe_holders(instance) -> str:
-    return "; ".join(h.describe() for h in holders(instance))
-
-
-def storage_locked(error: BaseException) -> bool:
-    """Whether `error` is SQLite's "database is locked": a process stopped mid-write (Ctrl-Z, a
-    debugger, SIGSTOP) holds a file of Dagster's SQLite storage, and SQLite's busy timeout
-    (30 s in Dagster) ran out waiting for it. It is a wait, not a failure."""
-    return "database is locked" in str(error) and type(error).__name__ == "OperationalError"
 
 
 def wait_until_free(
@@ -259,9 +281,7 @@ def wait_until_free(
         try:
             reap_stale_runs(instance, log=say)
             found = holders(instance)
-        except Exception as error:
-            if not storage_locked(error):
-                raise
+        except StorageLocked:
             names = (
                 "a process stopped in the middle of writing to Dagster's storage (the storage is "
                 "locked; a run suspended with Ctrl-Z or a debugger resumes with `fg` or `kill -CONT`)"
@@ -300,9 +320,10 @@ def write_turn_note(lock: Path, job: str, label: str) -> None:
     """Name this process as the holder of the turn at `lock` (written whole, then renamed in)."""
     pid = os.getpid()
     note = TurnNote(job, label, pid, process_start(pid), f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S}")
-    partial = TurnNote.path(lock).with_name(f"{TurnNote.path(lock).name}.{pid}.partial")
-    partial.write_text(json.dumps(note.__dict__))
-    os.replace(partial, TurnNote.path(lock))
+    path = TurnNote.path(lock)
+    partial = path.with_name(f"{path.name}.{pid}.partial")
+    partial.write_text(json.dumps(dataclasses.asdict(note)))
+    os.replace(partial, path)
 
 
 def read_turn_note(lock: Path) -> TurnNote | None:

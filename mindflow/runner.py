@@ -182,16 +182,7 @@ def init_home(settings: Settings) -> Path:
 
     # A run left "started" by a killed process is marked failed here too, as before any run.
     with dg.DagsterInstance.get() as instance:
-        try:
-            pool.reap_stale_runs(instance, log=_say)
-        except Exception as error:
-            if not pool.storage_locked(error):
-                raise
-            raise MindflowError(
-                f"Dagster's storage in {home} is locked by a process stopped in the middle of "
-                "writing to it (a run suspended with Ctrl-Z or a debugger); resume it (`fg`, "
-                "`kill -CONT <pid>`) or end it, then run `mindflow init` again. Nothing is lost."
-            ) from error
+        pool.reap_stale_runs(instance, log=_say)  # pool.StorageLocked (a MindflowError) says why it stops
     with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s):
         pass
     return home
@@ -262,9 +253,7 @@ def _imports_frozen() -> Iterator[None]:
 
 
 @contextmanager
-def _pool_turn(
-    instance, say: Callable[[str], None], writers: int = 1, *, job: str = "", label: str = ""
-) -> Iterator[None]:
+def _pool_turn(instance, say: Callable[[str], None], writers: int, *, job: str, label: str) -> Iterator[None]:
     """Hold one of this home's `writers` turns at pool `duckdb` while a run executes in this process.
 
     A file lock per turn orders the CLI's own runs (the kernel drops it with a killed process,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from mindflow.pool import reap_stale_runs, storage_locked
+from mindflow.pool import StorageLocked, reap_stale_runs
 
 
 @dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
@@ -17,14 +17,8 @@ def stale_run_sensor(context: dg.SensorEvaluationContext):
     """
     try:
         report = reap_stale_runs(context.instance, log=context.log.warning)
-    except Exception as error:
-        if not storage_locked(error):
-            raise
-        # A process stopped mid-write (Ctrl-Z, a debugger) holds the storage: the next tick retries.
-        return dg.SkipReason(
-            "Dagster's storage is locked by a process stopped in the middle of writing to it; "
-            "checked again at the next tick"
-        )
+    except StorageLocked as locked:
+        return dg.SkipReason(f"{locked}; checked again at the next tick")
     if not report.failed and not report.freed_slots:
         return dg.SkipReason("every unfinished run has a live process")
     return dg.SkipReason(

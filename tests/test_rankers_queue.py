@@ -264,7 +264,7 @@ def test_a_ranker_ranks_a_batch_as_it_ranks_each_alone_with_one_scan():
     ranker.vectors = SimpleNamespace(get=queries.__getitem__)
 
     kwargs = {"k": 5, "now": datetime(2026, 3, 1, tzinfo=UTC)}  # the same recency for every recall
-    alone = [ranker.rank("ada", 1, query, kwargs) for query in queries]
+    alone = [answer for query in queries for answer in ranker.rank_batch([("ada", 1, query, kwargs)])]
     assert all(len(found) == 5 for found in alone)
     index.scan.session = scans = _SlowScans(index.scan.session)
     batch = [("ada", 1, query, kwargs) for query in queries] + [("bob", 1, "w0 w1", kwargs)]

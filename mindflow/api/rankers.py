@@ -60,15 +60,10 @@ class Ranker:
         self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows, HotFiles(settings.hot_index))
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
 
-    def rank(self, being_id: str, version: int, query: str, kwargs: dict):
-        """The recall from the being's index at `version`; None while this process maps no such
-        index (it starts mapping it)."""
-        [answer] = self.rank_batch([(being_id, version, query, kwargs)])
-        return answer
-
     def rank_batch(self, batch: list[tuple[str, int, str, dict]]) -> Iterator:
         """The recall of each (being, version, query, kwargs) of `batch` in turn, each as soon as
-        it is ranked: None for one whose index this process does not map yet, or that failed.
+        it is ranked: None for one whose index this process does not map yet (it starts mapping
+        it), or that failed.
 
         The recalls of one index share one int8 scan of their query vectors
         (`BeingIndex.scans_shared`): at 100,000 memories a scan costs 2.1 ms for one query and
@@ -83,11 +78,14 @@ class Ranker:
             except Exception:  # noqa: BLE001 - the server ranks this recall itself
                 log.exception("a ranking process could not open the index of %s", being_id)
                 prepared.append((None, None))
+        # The queries of each index mapped here.
+        groups: dict[int, tuple[object, list[str]]] = {}
+        for (_, _, query, _), (_, index) in zip(batch, prepared, strict=True):
+            if index is not None:
+                groups.setdefault(id(index), (index, []))[1].append(query)
         with contextlib.ExitStack() as shared:
-            indexes = {id(index): index for _, index in prepared if index is not None}
-            for key, index in indexes.items():
-                queries = [args[2] for args, (_, i) in zip(batch, prepared, strict=True) if id(i) == key]
-                if len(queries) > 1:
+            for index, queries in groups.values():
+                if len(queries) > 1:  # a lone query is embedded when its recall needs it
                     try:
                         shared.enter_context(index.scans_shared([self.vectors.get(q) for q in queries]))
                     except Exception:  # noqa: BLE001 - each recall then scans alone

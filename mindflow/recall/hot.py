@@ -280,7 +280,7 @@ class BeingIndex:
     def scans_shared(self, vectors: list[np.ndarray]):
         """A context in which `scanned` reads the int8 scores of these query vectors from one scan
         of them all (`Int8Scan.shared`); nothing to share in an index without an int8 scan."""
-        if self.scan is None or len(vectors) < 2:
+        if self.scan is None:
             return nullcontext()
         return self.scan.shared([self._unit(vector) for vector in vectors])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -107,18 +107,17 @@ def recall(
     if config.speaker_weight > 0:
         slim = [*slim, "actors"]
     by_vector = by_text = None
-    beside = _beside()
     if config.text_weight > 0:
-        if beside:
+        if _beside():
             by_text = _RETRIEVERS.submit(source.text, query, limit, slim)
         else:
-            by_text = source.text(query, limit, slim)
+            by_text = Future()
+            by_text.set_result(source.text(query, limit, slim))
     if callable(query_vector):
         query_vector = query_vector()
     if config.vector_weight > 0:
         by_vector = source.vector(query_vector, vector_limit(config, k), slim)
-    if beside:
-        by_text = by_text.result() if by_text is not None else None
+    by_text = by_text.result() if by_text is not None else None
     found = [t for t in (by_vector, by_text) if t is not None and t.num_rows]
     if not found:
         return []
