@@ -238,6 +238,7 @@ def lever_grids(default) -> tuple[list, dict[str, list]]:
             replace(default, speaker_weight=w)
             for w in (0.0, default.speaker_weight - 0.1, default.speaker_weight + 0.1)
         ),
+        *(replace(default, mmr_lambda=m) for m in (default.mmr_lambda - 0.1, default.mmr_lambda + 0.1)),
     ]
     levers = {
         "pseudo-relevance feedback (prf_terms=6, prf_weight 0.05|0.1)": [

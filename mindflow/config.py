@@ -168,6 +168,13 @@ class Settings(BaseSettings):
     recall_half_life_days: float | None = Field(
         default=None, gt=0, description="Days after which the recency boost halves (default 30)."
     )
+    recall_mmr_lambda: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="MMR's weight of relevance against novelty among the results, 0..1 (default 0.8; "
+        "1 ranks by relevance alone).",
+    )
     recall_time_weight: float | None = Field(
         default=None,
         ge=0,
@@ -248,6 +255,7 @@ class Settings(BaseSettings):
             "text_weight": self.recall_text_weight,
             "recency_floor": self.recall_recency_floor,
             "half_life_days": self.recall_half_life_days,
+            "mmr_lambda": self.recall_mmr_lambda,
             "time_weight": self.recall_time_weight,
             "time_slack_days": self.recall_time_slack_days,
             "speaker_weight": self.recall_speaker_weight,

@@ -92,6 +92,19 @@ def test_the_session_document_lever_comes_from_its_variable(monkeypatch):
         Settings(_env_file=None)
 
 
+def test_the_mmr_lambda_comes_from_its_variable(monkeypatch):
+    from mindflow.recall import RecallConfig
+
+    assert RecallConfig().mmr_lambda == 0.8  # chosen by leave-one-out (README: Recall quality)
+    monkeypatch.setenv("MINDFLOW_RECALL_MMR_LAMBDA", "1")
+    overrides = Settings(_env_file=None).recall_overrides()
+    assert overrides == {"mmr_lambda": 1.0}
+    assert RecallConfig.for_model("all-MiniLM-L6-v2", **overrides).mmr_lambda == 1.0
+    monkeypatch.setenv("MINDFLOW_RECALL_MMR_LAMBDA", "1.5")
+    with pytest.raises(ValueError, match="recall_mmr_lambda"):
+        Settings(_env_file=None)
+
+
 def test_the_weights_come_from_the_settings(home):
     both = _recalled(home)
     vector_only = _recalled(home, recall_text_weight=0)
