@@ -1,5 +1,6 @@
 """The mindflow code location: every asset, job, schedule, sensor and resource."""
 
+import gc
 import warnings
 
 import dagster as dg
@@ -68,3 +69,10 @@ defs = dg.Definitions(
         "mindflow_home": MindflowHome.from_environment(),
     },
 )
+
+# The objects alive once the code location is loaded (Dagster's and the other imports', ~145,000)
+# are left out of the garbage collector's full passes: none of them is garbage, and each pass
+# walks them all (68 ms a pass here). A run the daemon or the UI launches executes in a process
+# that loaded this module; the CLI's own runs freeze the same way (`runner._imports_frozen`),
+# which halved the time in full passes over ingest + patrol of LoCoMo (1.42 -> 0.71 s).
+gc.freeze()

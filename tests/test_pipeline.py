@@ -168,6 +168,22 @@ def test_importing_definitions_does_not_import_the_model():
     assert out[:3] == ["False", "False", "False"]
 
 
+def test_loading_the_code_location_freezes_its_objects_out_of_full_collections():
+    # A run the daemon launches imports definitions.py, then executes: the objects of the loaded
+    # code location are left out of the garbage collector's full passes, as the CLI's runs do.
+    code = (
+        "import gc; before = gc.get_freeze_count(); import definitions; print(before, gc.get_freeze_count())"
+    )
+    before, after = map(
+        int,
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+        ).stdout.split(),
+    )
+    assert before == 0
+    assert after > 50_000
+
+
 def test_lancedb_is_imported_once_for_two_threads_and_its_client_still_validates():
     # In a fresh interpreter: lancedb asked for by two threads at once (each waits for the
     # whole module); pydantic is left as it is, and the REST client's validation holds.
