@@ -178,8 +178,8 @@ class StorageLocked(MindflowError):
 
     def __init__(self) -> None:
         super().__init__(
-            "Dagster's storage is locked by a process stopped in the middle of writing to it (a run "
-            "suspended with Ctrl-Z or a debugger resumes with `fg` or `kill -CONT <pid>`); nothing is lost"
+            "Dagster's storage is held by a process stopped in the middle of writing to it: the storage "
+            "is locked (a run suspended with Ctrl-Z or a debugger resumes with `fg` or `kill -CONT <pid>`)"
         )
 
 
@@ -281,18 +281,15 @@ def wait_until_free(
         try:
             reap_stale_runs(instance, log=say)
             found = holders(instance)
-        except StorageLocked:
-            names = (
-                "a process stopped in the middle of writing to Dagster's storage (the storage is "
-                "locked; a run suspended with Ctrl-Z or a debugger resumes with `fg` or `kill -CONT`)"
-            )
+        except StorageLocked as locked:
+            why = str(locked)
         else:
             if len(found) < limit:
                 return time.monotonic() - began
-            names = "; ".join(h.describe() for h in found)
-        if names != last:
-            say(f"waiting for pool {POOL}: held by {names}. Ctrl-C stops waiting; nothing is lost.")
-            last = names
+            why = "held by " + "; ".join(h.describe() for h in found)
+        if why != last:
+            say(f"waiting for pool {POOL}: {why}. Ctrl-C stops waiting; nothing is lost.")
+            last = why
         time.sleep(poll_s)
 
 
