@@ -4,6 +4,7 @@ OpenAPI document declares the bearer scheme so a token can be entered on the pag
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -58,3 +59,37 @@ def test_the_openapi_document_declares_the_bearer_scheme(server):
             if path.startswith("/v1/"):
                 assert op.get("security") == [{"bearer": []}], (method, path)
     assert "/mcp" not in spec["paths"]  # the MCP endpoint speaks JSON-RPC, not this API
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _documented_routes() -> set[tuple[str, str]]:
+    """(method, path with its parameters as {}) of each route the README's endpoint table names:
+    `.../unpin` is the row's previous path with its last segment swapped, `[/{id}]` optional."""
+    table = README.read_text().split("| method and path | body / query | returns |", 1)[1].split("\n\n", 1)[0]
+    routes = set()
+    for line in table.splitlines()[1:]:
+        previous = None
+        for entry in re.findall(r"`([^`]+)`", line.split(" | ")[0]):
+            if entry.startswith(".../"):
+                method, path = previous[0], previous[1].rsplit("/", 1)[0] + entry[3:]
+            else:
+                method, path = entry.split(" ", 1)
+            previous = (method, path)
+            for variant in {re.sub(r"\[[^\]]*\]", "", path), re.sub(r"[\[\]]", "", path)}:
+                routes.add((method, re.sub(r"\{[^}]*\}", "{}", variant)))
+    assert routes, "the README has no endpoint table"
+    return routes
+
+
+def test_the_readme_endpoint_table_names_every_route_the_api_serves(server):
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    served = {
+        (method.upper(), re.sub(r"\{[^}]*\}", "{}", path))
+        for path, ops in spec["paths"].items()
+        for method in ops
+    }
+    documented = _documented_routes()
+    assert sorted(served - documented) == []  # a route an agent cannot find
+    assert sorted(documented - served) == []  # a row that sends it to a 404
