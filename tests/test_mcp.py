@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import httpx2
@@ -183,6 +185,18 @@ async def refuses_hostile_input(client: Client, being: dict) -> None:
     invalid = await client.call_tool("recall", {**being, "query": "x", "k": 0})
     assert invalid.is_error  # refused by the tool's input schema
     assert not (await client.call_tool("story", being)).is_error  # still serving
+
+
+def test_the_readme_names_every_tool():
+    """The agent builder's list of tools (README, For agent builders) is the set the server lists
+    (`TOOLS`, which `exercise_every_tool` checks against the server itself)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    sentence = readme.split("The tools, each with a typed input schema:", 1)[1].split(
+        "Each calls the API", 1
+    )[0]
+    named = set(re.findall(r"`([a-z_]+)`", sentence))
+    assert sorted(TOOLS - named) == []
+    assert sorted(named - TOOLS - {"proposal_id"}) == []  # `proposal_id`: forget's confirming argument
 
 
 def test_http_lists_and_calls_every_tool(world):
