@@ -18,9 +18,10 @@ def _layout() -> str:
     return section.split("```", 2)[1]
 
 
-def _entry(name: str) -> str:
-    """The layout's lines for one file: its own and the indented ones that continue it."""
-    lines = _layout().splitlines()
+def _entry(name: str, block: str | None = None) -> str:
+    """A layout block's lines for one file or folder: its own and the indented ones that continue
+    it (the data layout's block unless another is given)."""
+    lines = (block if block is not None else _layout()).splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:1] == [name])
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" " * 8)), len(lines))
     return "\n".join(lines[start:end])
@@ -53,3 +54,30 @@ def test_every_lance_table_and_home_file_is_in_the_layout():
     ]
     assert sorted(t for t in lance_tables if f"lance/{t}.lance" not in layout) == []
     assert PRECISION_PIN in layout and "mindflow.duckdb.lock" in layout
+
+
+ROOT = README.parent
+
+
+def _code_layout() -> str:
+    return README.read_text().split("## Code layout", 1)[1].split("```", 2)[1]
+
+
+def test_every_asset_job_and_sensor_module_is_in_the_code_layout():
+    missing = []
+    for folder in ("assets", "jobs", "sensors"):
+        words = set(re.findall(r"[a-z_]+", _entry(f"{folder}/", _code_layout())))
+        modules = {p.stem for p in (ROOT / folder).glob("*.py") if p.stem != "__init__"}
+        missing += [f"{folder}/{m}.py" for m in sorted(modules - words)]
+    assert missing == []
+
+
+def test_the_library_modules_that_import_dagster_are_the_ones_the_layout_names():
+    importing = sorted(
+        path.relative_to(ROOT / "mindflow").as_posix()
+        for path in (ROOT / "mindflow").rglob("*.py")
+        if re.search(r"^\s*(import dagster|from dagster)", path.read_text(), re.M)
+    )
+    entry = _entry("mindflow/", _code_layout()).split(");", 1)[0]
+    named = sorted(re.findall(r"([a-z_]+\.py)", entry))
+    assert importing == named
