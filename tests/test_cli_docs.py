@@ -85,3 +85,9 @@ def test_every_command_and_job_has_a_row():
         if path and not hasattr(command, "list_commands") and path != ("run",)
     }
     assert sorted(" ".join(path) for path in leaves - documented) == []
+
+
+def test_the_help_of_run_names_every_job():
+    run = _commands()[("run",)]
+    job = next(param for param in run.params if param.name == "job")
+    assert sorted(set(JOBS) - set(re.findall(r"[a-z_]+", job.help))) == []
