@@ -4,11 +4,11 @@ OpenAPI document declares the bearer scheme so a token can be entered on the pag
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 import pytest
+from readme import table
 
 from mindflow.api import create_app
 from mindflow.api.server import BackgroundServer
@@ -61,15 +61,11 @@ def test_the_openapi_document_declares_the_bearer_scheme(server):
     assert "/mcp" not in spec["paths"]  # the MCP endpoint speaks JSON-RPC, not this API
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
 def _documented_routes() -> set[tuple[str, str]]:
     """(method, path with its parameters as {}) of each route the README's endpoint table names:
     `.../unpin` is the row's previous path with its last segment swapped, `[/{id}]` optional."""
-    table = README.read_text().split("| method and path | body / query | returns |", 1)[1].split("\n\n", 1)[0]
     routes = set()
-    for line in table.splitlines()[1:]:
+    for line in table("| method and path | body / query | returns |"):
         previous = None
         for entry in re.findall(r"`([^`]+)`", line.split(" | ")[0]):
             if entry.startswith(".../"):

@@ -8,21 +8,18 @@ would each send someone to an error.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import typer
+from readme import table
 
 from mindflow.cli import app
 from mindflow.runner import JOBS
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
 
 def _rows() -> list[str]:
     """The usages (`mindflow ...`) in the first cell of each row of the command table."""
-    section = README.read_text().split("## The `mindflow` command", 1)[1].split("\n## ", 1)[0]
     usages = []
-    for line in section.splitlines():
+    for line in table("| command | what it does |"):
         if line.startswith("| `mindflow"):
             first = line.replace("\\|", "\0").split("|")[1].replace("\0", "|")
             usages += re.findall(r"`(mindflow [^`]*)`", first)

@@ -8,11 +8,9 @@ another job would each be found out in the UI the hard way.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-
-README = Path(__file__).resolve().parents[1] / "README.md"
+from readme import between, table, text
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +22,12 @@ def defs():
 
 def _rows() -> dict[str, tuple[str, str]]:
     """job -> (its assets cell, its trigger cell)."""
-    table = README.read_text().split("| job | assets | trigger | partitions |", 1)[1].split("\n\n", 1)[0]
     rows = {}
-    for line in table.strip().splitlines()[1:]:  # below the |---| line
+    for line in table("| job | assets | trigger | partitions |"):
         cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
         job = re.fullmatch(r"`([a-z_]+)`", cells[0])
         assert job, f"a row of the jobs table names no job: {line[:80]!r}"
         rows[job.group(1)] = (cells[1], cells[2])
-    assert rows, "the README has no jobs table"
     return rows
 
 
@@ -71,9 +67,9 @@ def test_every_trigger_a_row_names_exists_and_starts_that_job(defs):
 
 
 def test_every_schedule_sensor_and_asset_group_is_in_the_readme(defs):
-    text = README.read_text()
+    whole = text()
     names = [s.name for s in defs.schedules] + [s.name for s in defs.sensors]
-    assert sorted(n for n in names if f"`{n}`" not in text) == []
-    sentence = text.split("Assets are grouped", 1)[1].split(".", 1)[0]
+    assert sorted(n for n in names if f"`{n}`" not in whole) == []
+    sentence = between("Assets are grouped", ".")
     groups = {spec.group_name for spec in defs.resolve_all_asset_specs()}
     assert set(re.findall(r"`([a-z_]+)`", sentence)) == groups

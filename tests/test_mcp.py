@@ -9,7 +9,6 @@ import os
 import re
 import sys
 from datetime import timedelta
-from pathlib import Path
 
 import httpx
 import httpx2
@@ -17,6 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from readme import between
 from test_api import run_pipeline
 from test_journal import write_beings_inbox, write_files
 from test_rag import write_library
@@ -190,10 +190,7 @@ async def refuses_hostile_input(client: Client, being: dict) -> None:
 def test_the_readme_names_every_tool():
     """The agent builder's list of tools (README, For agent builders) is the set the server lists
     (`TOOLS`, which `exercise_every_tool` checks against the server itself)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    sentence = readme.split("The tools, each with a typed input schema:", 1)[1].split(
-        "Each calls the API", 1
-    )[0]
+    sentence = between("The tools, each with a typed input schema:", "Each calls the API")
     named = set(re.findall(r"`([a-z_]+)`", sentence))
     assert sorted(TOOLS - named) == []
     assert sorted(named - TOOLS - {"proposal_id"}) == []  # `proposal_id`: forget's confirming argument

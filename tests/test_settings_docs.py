@@ -11,10 +11,11 @@ import re
 import typing
 from pathlib import Path
 
+from readme import text
+
 from mindflow.config import Settings
 from mindflow.recall import RecallConfig
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 PREFIX = "MINDFLOW_"
 
 
@@ -23,7 +24,7 @@ def _documented() -> dict[str, list[str | None]]:
     second cell gives it: the backticked value, by position where one row names several
     variables; None where the row gives none that can be read as one (a blank cell)."""
     rows: dict[str, list[str | None]] = {}
-    for line in README.read_text().splitlines():
+    for line in text().splitlines():
         if not line.startswith(f"| `{PREFIX}"):
             continue
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
