@@ -306,20 +306,19 @@ def test_counts_from_the_hot_index_are_those_of_the_texts(table, embedder):
     vector = embedder.encode(["puppy"])[0]
     # What recall carries with each candidate for the levers (`lever_columns`): from the index,
     # its position there.
-    carried = ["memory_ref", *hot_source.lever_columns]
-    found = hot_source.vector(vector, 6, [*carried, "text"])
+    found = hot_source.vector(vector, 6, ["memory_ref", *hot_source.lever_columns])
+    assert len(found) == 6
     words = primitives.query_terms("puppy chewing cushions budget")
-    tf, lengths = hot_source.term_frequencies(words, found.select(carried))
+    tf, lengths = hot_source.term_frequencies(words, found)
+    # LanceDB's way: the candidates' texts analysed again.
     expected_tf, expected_lengths = LanceRetrieval(table, where).term_frequencies(words, found)
     assert tf.tolist() == expected_tf.tolist() and lengths.tolist() == expected_lengths.tolist()
     assert tf.sum() > 0
     # The words of each candidate from the index's words by memory: those of its text, in the
     # text's order, with their counts (what PRF's expansion terms are chosen from).
-    counted = hot_source.term_counts(found.select(carried))
-    assert counted == primitives.term_counts(found.column("text").to_pylist())
-    assert [list(c) for c in counted] == [
-        list(c) for c in primitives.term_counts(found.column("text").to_pylist())
-    ]
+    counted = hot_source.term_counts(found)
+    assert counted == primitives.term_counts(found.texts)
+    assert [list(c) for c in counted] == [list(c) for c in primitives.term_counts(found.texts)]
 
     row = primitives.filtered_rows(table, where, 1).to_pylist()[0]
     fresh_rows = pa.Table.from_pylist(
@@ -329,10 +328,10 @@ def test_counts_from_the_hot_index_are_those_of_the_texts(table, embedder):
     both = FreshRetrieval(HotRetrieval(table, where, index, index.mask()), fresh_rows, corpus=len(index))
     pool = both.vector(vector, 7, ["memory_ref", *both.lever_columns])
     tf, lengths = both.term_frequencies(words, pool)
-    at = pool.column("memory_ref").to_pylist().index("fresh-1")
+    at = pool.refs.index("fresh-1")
     assert tf[:, at].tolist() == [1.0, 1.0, 1.0, 0.0] and lengths[at] == 3  # stemmed, "the" and "a" out
     assert both.term_counts(pool)[at] == {"puppi": 1, "chew": 1, "cushion": 1}
-    others = pool.take([i for i in range(pool.num_rows) if i != at])
+    others = pool.take(np.array([i for i in range(len(pool)) if i != at]))
     assert np.delete(tf, at, axis=1).tolist() == both.published.term_frequencies(words, others)[0].tolist()
 
 
@@ -340,7 +339,8 @@ def test_a_fresh_memory_ranks_beside_a_hot_index_with_every_lever_on(table, embe
     # With the levers on, the pool carries each candidate's index position; a fresh memory, found
     # by vector, by full text and in the context windows, carries -1 there and is counted from the
     # tail, and comes back marked fresh.
-    from mindflow.recall.retrieval import POSITION, FreshRetrieval, HotRetrieval
+    from mindflow.recall.pool import POSITION
+    from mindflow.recall.retrieval import FreshRetrieval, HotRetrieval
 
     index = _session_index(table)
     where = primitives.memory_filter("ada")
@@ -376,6 +376,6 @@ def test_a_fresh_memory_ranks_beside_a_hot_index_with_every_lever_on(table, embe
     both = FreshRetrieval(HotRetrieval(table, where, index, index.mask()), fresh_rows, corpus=len(index))
     span = [(T0 - timedelta(minutes=1), T0 + timedelta(minutes=10))]
     around = both.around(span, 50, [], ["memory_ref", "ts", POSITION])
-    at = dict(zip(around.column("memory_ref").to_pylist(), around.column(POSITION).to_pylist(), strict=True))
+    at = dict(zip(around.refs, around.positions.tolist(), strict=True))
     assert at.pop("fresh-1") == -1
     assert len(at) == 3 and all(index.refs[p] == ref for ref, p in at.items())

@@ -1,7 +1,8 @@
 """Where recall's candidates come from: the LanceDB table, or a being's hot index.
 
-Both answer the same four questions with Arrow tables of the same columns, so the
-ranking in `search.recall` does not know which one it talks to.
+Each answers the same questions with a pool of candidates (`mindflow.recall.pool`): LanceDB
+with rows, a hot index with positions in it. The ranking in `search.recall` reads both the
+same way, so it does not know which source it talks to.
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ import pyarrow as pa
 from mindflow.recall import fulltext, primitives, sessions
 from mindflow.recall.hot import BeingIndex
 from mindflow.recall.models import COLUMNS
+from mindflow.recall.pool import POSITION, IndexPool, Pool, RowPool
 
-# A candidate's position in the being's hot index, carried with it for the levers that count its
-# words from the index's postings (`HotRetrieval.lever_columns`).
-POSITION = "_position"
+
+def _rows(found: pa.Table | None, score: str | None = None) -> RowPool | None:
+    return RowPool(found, score) if found is not None else None
+
+
+def _table(found: Pool | None, columns: list[str]) -> pa.Table | None:
+    """A source's candidates as rows of (at least) `columns`, with their score column."""
+    return found.table(columns) if found is not None else None
 
 
 class LanceRetrieval:
@@ -31,36 +38,36 @@ class LanceRetrieval:
         self.table = table
         self.where = where
 
-    def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table:
-        return primitives.vector_candidates(self.table, vector, self.where, limit, columns)
+    def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> Pool | None:
+        return _rows(primitives.vector_candidates(self.table, vector, self.where, limit, columns), "cosine")
 
-    def text(self, query: str, limit: int, columns: list[str]) -> pa.Table | None:
-        return primitives.text_candidates(self.table, query, self.where, limit, columns)
+    def text(self, query: str, limit: int, columns: list[str]) -> Pool | None:
+        return _rows(primitives.text_candidates(self.table, query, self.where, limit, columns), "_score")
 
-    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> pa.Table | None:
+    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> Pool | None:
         """The memories inside the time spans and those `also` names: at least `columns`.
 
         From LanceDB every column, whatever `columns` asks: the same read then holds the chosen
         memories' rows, where a second query would cost more than the width."""
-        return primitives.rows_around(self.table, self.where, spans, limit, also)
+        return _rows(primitives.rows_around(self.table, self.where, spans, limit, also))
 
     def by_ref(self, refs: list[str]) -> pa.Table:
         return primitives.rows_by_ref(self.table, self.where, refs)
 
-    def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
-        """Each candidate's session score (`sessions.document_scores`), for rows of the pool; 0
-        here: a session's turns are read whole only from a hot index."""
-        return np.zeros(rows.num_rows)
+    def session_documents(self, query: str, pool: Pool, gap_seconds: float) -> np.ndarray:
+        """Each candidate's session score (`sessions.document_scores`); 0 here: a session's turns
+        are read whole only from a hot index."""
+        return np.zeros(len(pool))
 
-    def term_counts(self, rows: pa.Table) -> list[Mapping[str, int]]:
-        """The words of these candidates (rows of the pool) with their counts, in the order each
-        text first uses them (`primitives.term_counts`)."""
-        return primitives.term_counts([t or "" for t in rows.column("text").to_pylist()])
+    def term_counts(self, pool: Pool) -> list[Mapping[str, int]]:
+        """The words of these candidates with their counts, in the order each text first uses
+        them (`primitives.term_counts`)."""
+        return primitives.term_counts(pool.texts)
 
-    def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """(how often each of `words` (terms) is in each of these candidates, words x rows; each
-        one's length in words), for a BM25 among them (`primitives.bm25_scores`)."""
-        return primitives.frequencies(words, self.term_counts(rows))
+    def term_frequencies(self, words: list[str], pool: Pool) -> tuple[np.ndarray, np.ndarray]:
+        """(how often each of `words` (terms) is in each of these candidates, words x candidates;
+        each one's length in words), for a BM25 among them (`primitives.bm25_scores`)."""
+        return primitives.frequencies(words, self.term_counts(pool))
 
 
 class HotRetrieval(LanceRetrieval):
@@ -81,25 +88,16 @@ class HotRetrieval(LanceRetrieval):
         self.scanned = scanned  # `BeingIndex.scanned` for the vector search, when the caller scanned
         self.own_text = own_text  # full text from the index's postings, not from LanceDB
 
-    def _rows_at(self, positions: np.ndarray, columns: list[str]) -> pa.Table:
-        """The rows at these index positions, with POSITION when `columns` asks for it."""
-        rows = self.index.rows_at(positions, [c for c in columns if c != POSITION])
-        if POSITION in columns:
-            rows = rows.append_column(POSITION, pa.array(positions, type=pa.int64()))
-        return rows
-
-    def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table:
+    def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> IndexPool:
         positions, cosine = self.index.nearest(vector, self.keep, limit, self.scanned)
-        found = self._rows_at(positions, columns)
-        return found.append_column("cosine", pa.array(cosine.astype(np.float64)))
+        return IndexPool(self.index, positions, cosine.astype(np.float64), "cosine")
 
-    def text(self, query: str, limit: int, columns: list[str]) -> pa.Table | None:
+    def text(self, query: str, limit: int, columns: list[str]) -> IndexPool | None:
         if self.own_text:
             positions, scores = fulltext.search(self.index.text, query, self.keep, limit)
             if not len(positions):
                 return None
-            rows = self._rows_at(positions, columns)
-            return rows.append_column("_score", pa.array(scores, type=pa.float32()))
+            return IndexPool(self.index, positions, np.asarray(scores, dtype=np.float32), "_score")
         table = self.index.snapshot if self.index.snapshot is not None else self.table
         found = primitives.text_candidates(table, query, self.where, limit, ["memory_ref"])
         if found is None:
@@ -110,48 +108,43 @@ class HotRetrieval(LanceRetrieval):
         scores = dict(zip(refs, found.column("_score").to_pylist(), strict=True))
         positions = self.index.positions(scores)
         positions = positions[self.keep[positions]]
-        rows = self._rows_at(positions, columns)
-        ordered = [scores[str(self.index.refs[p])] for p in positions]
-        return rows.append_column("_score", pa.array(ordered, type=pa.float32()))
+        ordered = np.array([scores[str(self.index.refs[p])] for p in positions], dtype=np.float32)
+        return IndexPool(self.index, positions, ordered, "_score")
 
-    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> pa.Table | None:
-        # `columns` only: the chosen memories' rows are a cheap read by position (`by_ref`).
+    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> IndexPool | None:
+        # Positions only: the chosen memories' rows are a cheap read by position (`by_ref`).
         if not spans and not also:
             return None
-        return self._rows_at(self.index.around(spans, self.keep, limit, also), columns)
+        return IndexPool(self.index, self.index.around(spans, self.keep, limit, also))
 
     def by_ref(self, refs: list[str]) -> pa.Table:
         positions = self.index.positions(refs)
         return self.index.rows_at(positions[self.keep[positions]], COLUMNS)
 
-    # The candidates' words come from the index's postings: each carries its position there, not
-    # its text. (Looking the refs up in the index's sorted refs instead costs ~0.5 ms for a pool
-    # of 400 at 100,000, once the scan has swept the caches.)
+    # The candidates' words come from the index's postings, by their positions there, not from
+    # their texts. (In rows from another source (`FreshRetrieval`) each carries its position as a
+    # column: looking the refs up in the index's sorted refs instead costs ~0.5 ms for a pool of
+    # 400 at 100,000, once the scan has swept the caches.)
     lever_columns = (POSITION,)
 
-    def term_counts(self, rows: pa.Table) -> list[Mapping[str, int]]:
+    def term_counts(self, pool: Pool) -> list[Mapping[str, int]]:
         # From the index's words by memory: analysing the texts again cost ~0.25 ms each.
-        return fulltext.term_counts(self.index.text, _positions(rows))
+        return fulltext.term_counts(self.index.text, pool.positions)
 
-    def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    def term_frequencies(self, words: list[str], pool: Pool) -> tuple[np.ndarray, np.ndarray]:
         # Counting the words of a few hundred texts no request has read before costs ~6.5 us a
         # text; the postings already hold the counts. A memory the index does not hold counts 0.
-        positions = _positions(rows)
+        positions = pool.positions
         lengths = np.zeros(len(positions), dtype=np.float64)
         inside = positions >= 0
         lengths[inside] = self.index.text.lengths[positions[inside]]
         return fulltext.frequencies(self.index.text, words, positions), lengths
 
-    def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
+    def session_documents(self, query: str, pool: Pool, gap_seconds: float) -> np.ndarray:
         # Only the turns the request may see lend their words: a forgotten one none.
         return sessions.document_scores(
-            self.index.text, self.index.sessions(gap_seconds), _positions(rows), query, self.keep
+            self.index.text, self.index.sessions(gap_seconds), pool.positions, query, self.keep
         )
-
-
-def _positions(rows: pa.Table) -> np.ndarray:
-    """The index positions the rows carry (-1 for a memory the index does not hold, a fresh one)."""
-    return rows.column(POSITION).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 class EmptyRetrieval:
@@ -169,16 +162,16 @@ class EmptyRetrieval:
     def by_ref(self, refs: list[str]) -> None:
         return None
 
-    def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
-        return np.zeros(rows.num_rows)
+    def session_documents(self, query: str, pool: Pool, gap_seconds: float) -> np.ndarray:
+        return np.zeros(len(pool))
 
     lever_columns = ()
 
-    def term_counts(self, rows: pa.Table) -> list[Mapping[str, int]]:
-        return [{} for _ in range(rows.num_rows)]
+    def term_counts(self, pool: Pool) -> list[Mapping[str, int]]:
+        return [{} for _ in range(len(pool))]
 
-    def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        return np.zeros((len(words), rows.num_rows)), np.zeros(rows.num_rows)
+    def term_frequencies(self, words: list[str], pool: Pool) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros((len(words), len(pool))), np.zeros(len(pool))
 
 
 class FreshRetrieval:
@@ -186,7 +179,8 @@ class FreshRetrieval:
 
     The fresh memories (`mindflow.loop.tail.rows`, already filtered by the request) answer
     each question the way the table does: nearest by cosine, full text by BM25, the same
-    columns and types, so `search.recall` ranks them with the published ones in one pool.
+    columns and types, so `search.recall` ranks them with the published ones in one pool (of
+    rows: the published candidates are read as rows too).
     A fresh memory whose ref a published row already has (published since the tail was
     checked) is left out: the published row stands for it.
     """
@@ -226,10 +220,11 @@ class FreshRetrieval:
         part = part.take(pa.array(keep, type=pa.int64())).select(published.column_names)
         return pa.concat_tables([published, part.cast(published.schema)])
 
-    def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> pa.Table | None:
+    def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> Pool | None:
         published = self.published.vector(vector, limit, columns)
         if not self.refs:
             return published
+        published = _table(published, columns)
         q = np.asarray(vector, dtype=np.float32)
         cosine = self.vectors @ (q / max(float(np.linalg.norm(q)), 1e-12))
         best = np.argsort(-cosine, kind="stable")[:limit]
@@ -239,28 +234,30 @@ class FreshRetrieval:
         }
         merged = self._merged(published, best, extra, columns)
         if merged is None or merged.num_rows == 0:
-            return merged
+            return _rows(merged, "cosine")
         order = np.argsort(-merged.column("cosine").to_numpy(zero_copy_only=False), kind="stable")[:limit]
-        return merged.take(pa.array(order, type=pa.int64()))
+        return RowPool(merged.take(pa.array(order, type=pa.int64())), "cosine")
 
-    def text(self, query: str, limit: int, columns: list[str]) -> pa.Table | None:
+    def text(self, query: str, limit: int, columns: list[str]) -> Pool | None:
         published = self.published.text(query, limit, columns)
         if not self.refs:
             return published
-        hits = published.num_rows if published is not None else 0
+        hits = len(published) if published is not None else 0
+        published = _table(published, columns)
         scores = primitives.bm25(query, self.terms, self.corpus + len(self.refs), hits)
         matched = np.flatnonzero(scores > 0)
         if len(matched) == 0:
-            return published
+            return _rows(published, "_score")
         best = matched[np.argsort(-scores[matched], kind="stable")][:limit]
         merged = self._merged(published, best, {"_score": scores[best].astype(np.float32)}, columns)
         order = np.argsort(-merged.column("_score").to_numpy(zero_copy_only=False), kind="stable")[:limit]
-        return merged.take(pa.array(order, type=pa.int64()))
+        return RowPool(merged.take(pa.array(order, type=pa.int64())), "_score")
 
-    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> pa.Table | None:
+    def around(self, spans, limit: int, also: list[str], columns: list[str]) -> Pool | None:
         published = self.published.around(spans, limit, also, columns)
         if not self.refs:
             return published
+        published = _table(published, columns)
         near = np.zeros(len(self.refs), dtype=bool)
         for start, end in spans:
             near |= (self.ts >= np.datetime64(start, "us")) & (self.ts <= np.datetime64(end, "us"))
@@ -268,31 +265,30 @@ class FreshRetrieval:
         near |= np.array([r in named for r in self.refs], dtype=bool)
         # Every column, as LanceDB's `around` reads, and what the request carries (POSITION).
         wanted = list(dict.fromkeys([*COLUMNS, "vector", *columns]))
-        return self._merged(published, np.flatnonzero(near), {}, wanted)
+        return _rows(self._merged(published, np.flatnonzero(near), {}, wanted))
 
-    def session_documents(self, query: str, rows: pa.Table, gap_seconds: float) -> np.ndarray:
+    def session_documents(self, query: str, pool: Pool, gap_seconds: float) -> np.ndarray:
         # A fresh memory's session is not in the index yet (its POSITION is -1): scored 0, as
         # recall without one.
-        return self.published.session_documents(query, rows, gap_seconds)
+        return self.published.session_documents(query, pool, gap_seconds)
 
     @property
     def lever_columns(self) -> tuple[str, ...]:
         return self.published.lever_columns
 
-    def _fresh_of(self, rows: pa.Table) -> list[tuple[int, int]]:
-        """(row, position in the tail) of the rows answered from the fresh tail."""
-        refs = rows.column("memory_ref").to_pylist()
-        return [(i, self._at[ref]) for i, ref in enumerate(refs) if self.is_fresh(ref)]
+    def _fresh_of(self, pool: Pool) -> list[tuple[int, int]]:
+        """(row, position in the tail) of the candidates answered from the fresh tail."""
+        return [(i, self._at[ref]) for i, ref in enumerate(pool.refs) if self.is_fresh(ref)]
 
-    def term_counts(self, rows: pa.Table) -> list[Mapping[str, int]]:
-        out = self.published.term_counts(rows)
-        for i, j in self._fresh_of(rows):
+    def term_counts(self, pool: Pool) -> list[Mapping[str, int]]:
+        out = self.published.term_counts(pool)
+        for i, j in self._fresh_of(pool):
             out[i] = self.terms[j]  # the tail's own counts of its texts
         return out
 
-    def term_frequencies(self, words: list[str], rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        tf, lengths = self.published.term_frequencies(words, rows)
-        fresh = self._fresh_of(rows)
+    def term_frequencies(self, words: list[str], pool: Pool) -> tuple[np.ndarray, np.ndarray]:
+        tf, lengths = self.published.term_frequencies(words, pool)
+        fresh = self._fresh_of(pool)
         if fresh:
             # The tail's own counts of its texts (`primitives.term_counts`, as the index counts).
             counted = primitives.frequencies(words, [self.terms[j] for _, j in fresh])

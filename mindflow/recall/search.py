@@ -15,9 +15,10 @@ from mindflow import lance
 from mindflow.models import utcnow
 from mindflow.onnx_encoder import cores
 from mindflow.recall import feedback, primitives, rerank, speakers, timeframe
+from mindflow.recall import pool as pools
 from mindflow.recall.config import RecallConfig
 from mindflow.recall.hot import BeingIndex
-from mindflow.recall.models import COLUMNS, Memory
+from mindflow.recall.models import Memory
 from mindflow.recall.primitives import RECALLABLE, SEARCHABLE
 from mindflow.recall.retrieval import EmptyRetrieval, FreshRetrieval, HotRetrieval, LanceRetrieval
 
@@ -118,13 +119,11 @@ def recall(
     if config.vector_weight > 0:
         by_vector = source.vector(query_vector, vector_limit(config, k), slim)
     by_text = by_text.result() if by_text is not None else None
-    found = [t for t in (by_vector, by_text) if t is not None and t.num_rows]
+    found = [p for p in (by_vector, by_text) if p is not None and len(p)]
     if not found:
         return []
-    pool = _unique(pa.concat_tables([t.select(slim) for t in found], promote_options="permissive"))
-    vector_rank = _ranks(by_vector)
-    text_rank = _ranks(by_text)
-    bm25 = dict(zip(text_rank, by_text.column("_score").to_pylist(), strict=True)) if text_rank else {}
+    pool = pools.joined(found, slim)
+    text_scores = by_text.scores if by_text is not None and len(by_text) else np.zeros(0)
     q = np.asarray(query_vector, dtype=np.float32)
     q = q / max(float(np.linalg.norm(q)), 1e-12)
     weights = [config.vector_weight, config.text_weight]
@@ -134,20 +133,21 @@ def recall(
     if window is not None:
         window = window.widened(config.time_slack_days)
 
-    def score(rows: pa.Table, before: tuple | None = None):
-        """Each row's refs, unit vectors, cosine, ranks, BM25 and fused score. `before` is this
-        function's answer for the first rows of `rows` (the pool before the context was added to
-        it): their parts are kept, and only the rows after them are read."""
-        if before is not None and len(before[0]) == rows.num_rows:
+    def score(rows: pools.Pool, before: tuple | None = None):
+        """Each candidate's refs, unit vectors, cosine, ranks, BM25 and fused score. `before` is
+        this function's answer for the first candidates of `rows` (the pool before the context was
+        added to it): their parts are kept, and only the candidates after them are read."""
+        if before is not None and len(before[0]) == len(rows):
             refs, vectors, cosine, v_rank, t_rank, bm = before
         else:
-            new = rows.slice(len(before[0])) if before is not None else rows
-            refs = new.column("memory_ref").to_pylist()
-            vectors = _unit(primitives.vectors_of(new))
+            new = rows.after(len(before[0])) if before is not None else rows
+            refs = new.refs
+            vectors = _unit(new.vectors)
             cosine = vectors @ q
-            v_rank = np.array([vector_rank.get(r, -1) for r in refs], dtype=np.int64)
-            t_rank = np.array([text_rank.get(r, -1) for r in refs], dtype=np.int64)
-            bm = np.array([bm25.get(r, 0.0) for r in refs], dtype=np.float64)
+            v_rank = new.rows_in(by_vector)
+            t_rank = new.rows_in(by_text)
+            bm = np.zeros(len(refs))
+            bm[t_rank >= 0] = text_scores[t_rank[t_rank >= 0]]
             if before is not None:
                 refs = before[0] + refs
                 vectors, cosine, v_rank, t_rank, bm = (
@@ -161,7 +161,7 @@ def recall(
         else:
             fused = rerank.weighted([cosine, bm], weights)
         if window is not None:
-            inside = rerank.within(rows.column("ts").to_numpy(), window.start, window.end)
+            inside = rerank.within(rows.ts, window.start, window.end)
             fused = fused + config.time_weight * inside
         return refs, vectors, cosine, v_rank, t_rank, bm, fused + fed_back(refs)
 
@@ -172,10 +172,9 @@ def recall(
         extra = np.array([expanded.get(r, 0.0) for r in refs], dtype=np.float64)
         return config.prf_weight * extra / max(max(expanded.values()), 1e-12)
 
-    def weighting(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        decay_scores = rows.column("decay_score").to_numpy(zero_copy_only=False).astype(np.float64)
-        decay = rerank.decay_factor(np.nan_to_num(decay_scores, nan=1.0), config)
-        return decay, rerank.recency_factor(rows.column("ts").to_numpy(), now, config)
+    def weighting(rows: pools.Pool) -> tuple[np.ndarray, np.ndarray]:
+        decay = rerank.decay_factor(np.nan_to_num(rows.decay, nan=1.0), config)
+        return decay, rerank.recency_factor(rows.ts, now, config)
 
     refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
     decay, recency = weighting(pool)
@@ -194,6 +193,7 @@ def recall(
             config,
             score,
             (refs, vectors, cosine, v_rank, t_rank, bm),
+            slim,
         )
         if scored is not None:
             refs, vectors, cosine, v_rank, t_rank, bm, fused = scored
@@ -203,8 +203,7 @@ def recall(
     if len(keep) == 0:
         return []
     if config.session_weight > 0:
-        ts = pool.column("ts").to_numpy()
-        session = rerank.session_score(fused + context, ts, 60.0 * config.session_gap_minutes)
+        session = rerank.session_score(fused + context, pool.ts, 60.0 * config.session_gap_minutes)
         context = context + config.session_weight * session
     if config.session_doc_weight > 0:
         # After the context lift, as the session score: a session's turns are one another's
@@ -215,7 +214,7 @@ def recall(
     if config.speaker_weight > 0:
         # Added after the context lift: a turn's lift from its neighbour must not carry the
         # neighbour's speaker, most often the other person of the conversation.
-        named = config.speaker_weight * speakers.named(query, pool.column("actors"))
+        named = config.speaker_weight * speakers.named(query, pool.actors)
     fused, decay, recency = fused[keep] + context[keep] + named[keep], decay[keep], recency[keep]
     final = fused * decay * recency
     if config.rescore_weight > 0 and config.rescore_top > 0:
@@ -224,7 +223,7 @@ def recall(
     position = {int(i): j for j, i in enumerate(keep)}
     # Context windows read whole from LanceDB hold nearly every memory chosen; read the rest
     # (from a hot index, all of them) by ref.
-    whole = around if around is not None and set(COLUMNS) <= set(around.column_names) else None
+    whole = around.whole if around is not None else None
     by_ref = {row["memory_ref"]: row for row in _rows(_of_refs(whole, [refs[i] for i in chosen]))}
     missing = [refs[i] for i in chosen if refs[i] not in by_ref]
     if missing:
@@ -260,39 +259,38 @@ def vector_limit(config: RecallConfig, k: int) -> int:
 
 def _with_context(
     source: LanceRetrieval,
-    pool: pa.Table,
+    pool: pools.Pool,
     weighted: np.ndarray,
     k: int,
     config: RecallConfig,
     score,
     scored: tuple,
+    columns: list[str],
 ):
     """Read the neighbours of the best candidates, add them to the pool, and lift each memory
     by its best neighbour.
 
-    `scored` are `score`'s parts of the pool's rows (refs, unit vectors, cosine, ranks, BM25),
-    kept for them when the neighbours are added. Returns (pool, context bonus, floor support,
-    new scores, the rows read). The best
-    candidates are those of the final score so far (fused x decay x recency); from LanceDB
-    the same read brings their full rows, so the chosen memories rarely need a read of their own.
+    `scored` are `score`'s parts of the pool's candidates (refs, unit vectors, cosine, ranks,
+    BM25), kept for them when the neighbours are added; `columns` those a pool of rows holds.
+    Returns (pool, context bonus, floor support, new scores, the candidates read). The best
+    candidates are those of the final score so far (fused x decay x recency); from LanceDB the
+    same read brings their full rows, so the chosen memories rarely need a read of their own.
     """
     ranked = np.argsort(-weighted, kind="stable")
-    top = pool.column("ts").take(pa.array(ranked[: config.context_top], type=pa.int64())).to_pylist()
+    top = pool.ts[ranked[: config.context_top]].tolist()
     gap = timedelta(minutes=config.context_gap_minutes)
     spans = primitives.windows([t for t in top if t is not None], gap * config.context_window)
-    also = pool.column("memory_ref").take(pa.array(ranked[: 3 * k], type=pa.int64())).to_pylist()
+    refs = scored[0]
+    also = [refs[i] for i in ranked[: 3 * k]]
     # a safety bound for a being that writes many memories a minute
     limit = config.context_top * (2 * config.context_window + 1) * 20
-    around = source.around(spans, limit, also, pool.column_names)
-    if around is None or around.num_rows == 0:
-        return pool, np.zeros(pool.num_rows), None, None, None
-    known = set(pool.column("memory_ref").to_pylist())
-    new = [i for i, r in enumerate(around.column("memory_ref").to_pylist()) if r not in known]
-    added = around.select(pool.column_names).take(pa.array(new, type=pa.int64()))
-    pool = pa.concat_tables([pool, added], promote_options="permissive")
-    scored = score(pool, scored)  # the pool's own rows first: only the added ones are read
+    around = source.around(spans, limit, also, columns)
+    if around is None or len(around) == 0:
+        return pool, np.zeros(len(pool)), None, None, None
+    pool = pools.joined([pool, around.not_in(pool)], columns)
+    scored = score(pool, scored)  # the pool's own candidates first: only the added ones are read
     refs, _, cosine, _, _, _, fused = scored
-    ts = pool.column("ts").to_numpy()
+    ts = pool.ts
     order = _time_order(ts, refs)
     # Only memories inside a window read whole know all their neighbours.
     in_window = np.zeros(len(order), dtype=bool)
@@ -318,31 +316,23 @@ def _time_order(ts: np.ndarray, refs: list[str]) -> np.ndarray:
     return order
 
 
-def _feedback(source, query: str, pool: pa.Table, weighted: np.ndarray, config, expanded: dict):
+def _feedback(source, query: str, pool: pools.Pool, weighted: np.ndarray, config, expanded: dict):
     """Pseudo-relevance feedback: the words the best candidates share, scored by BM25 among the
     candidates (no second full-text search); the scores go into `expanded` by ref."""
     best = np.argsort(-weighted, kind="stable")[: config.prf_docs]
-    rows = _words_of(source, pool)
-    words = feedback.expansion_terms(
-        query, source.term_counts(rows.take(pa.array(best, type=pa.int64()))), config.prf_terms
-    )
+    words = feedback.expansion_terms(query, source.term_counts(pool.take(best)), config.prf_terms)
     if words:
-        scores = primitives.bm25_scores(*source.term_frequencies(words, rows), pool.num_rows)
-        expanded.update(zip(pool.column("memory_ref").to_pylist(), scores.tolist(), strict=True))
+        scores = primitives.bm25_scores(*source.term_frequencies(words, pool), len(pool))
+        expanded.update(zip(pool.refs, scores.tolist(), strict=True))
 
 
-def _words_of(source, pool: pa.Table) -> pa.Table:
-    """The pool's columns a source counts words from (`term_frequencies`): taking rows with the
-    vectors too costs ~0.1 ms."""
-    return pool.select(["memory_ref", *source.lever_columns])
-
-
-def _rescored(source, query: str, pool: pa.Table, keep: np.ndarray, final: np.ndarray, config) -> np.ndarray:
+def _rescored(
+    source, query: str, pool: pools.Pool, keep: np.ndarray, final: np.ndarray, config
+) -> np.ndarray:
     """The final scores with `rescore_weight` x `rerank.local_bm25` added to the `rescore_top` best
-    (`final` scores the pool's rows at `keep`)."""
+    (`final` scores the pool's candidates at `keep`)."""
     top = np.argsort(-final, kind="stable")[: config.rescore_top]
-    rows = _words_of(source, pool).take(pa.array(keep[top], type=pa.int64()))
-    found = source.term_frequencies(primitives.query_terms(query), rows)
+    found = source.term_frequencies(primitives.query_terms(query), pool.take(keep[top]))
     local = rerank.local_bm25(*found)
     final = final.copy()
     final[top] += config.rescore_weight * local * (final[top].max() if len(top) else 0.0)
@@ -355,19 +345,6 @@ def _of_refs(rows: pa.Table | None, refs: list[str]) -> pa.Table | None:
         return None
     chosen = pc.is_in(rows.column("memory_ref"), value_set=pa.array(refs, pa.string()))
     return rows.filter(chosen).drop_columns(["vector"])
-
-
-def _ranks(found: pa.Table | None) -> dict[str, int]:
-    if found is None:
-        return {}
-    return {ref: i for i, ref in enumerate(found.column("memory_ref").to_pylist())}
-
-
-def _unique(rows: pa.Table) -> pa.Table:
-    """First row of each memory_ref (a memory found by both retrievers appears twice)."""
-    refs = rows.column("memory_ref").to_pylist()
-    first = sorted({ref: i for i, ref in reversed(list(enumerate(refs)))}.values())
-    return rows.take(pa.array(first, type=pa.int64()))
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:
