@@ -50,7 +50,9 @@ class RowPool:
 
     @property
     def vectors(self) -> np.ndarray:
-        return primitives.vectors_of(self.rows)
+        """Unit vectors (the table holds them as the model gave them)."""
+        vectors = primitives.vectors_of(self.rows)
+        return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
     @property
     def positions(self) -> np.ndarray:
@@ -143,6 +145,7 @@ class IndexPool:
 
     @property
     def vectors(self) -> np.ndarray:
+        # The index holds unit vectors already: normalising 400 of them again cost ~0.1 ms.
         return self.index.vectors[self.positions]
 
     @property
@@ -177,7 +180,10 @@ class IndexPool:
         return np.where(sorted_positions[at] == self.positions, order[at], -1).astype(np.int64)
 
     def not_in(self, other: IndexPool) -> IndexPool:
-        return self.take(np.flatnonzero(~np.isin(self.positions, other.positions)))
+        # A flag per memory of the index: 3 us at 100,000, where np.isin sorts both (~40 us).
+        held = np.zeros(len(self.index), dtype=bool)
+        held[other.positions] = True
+        return self.take(np.flatnonzero(~held[self.positions]))
 
     def table(self, columns: list[str]) -> pa.Table:
         """The candidates as rows of `columns` (POSITION among them when asked), with the score

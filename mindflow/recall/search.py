@@ -142,7 +142,7 @@ def recall(
         else:
             new = rows.after(len(before[0])) if before is not None else rows
             refs = new.refs
-            vectors = _unit(new.vectors)
+            vectors = new.vectors
             cosine = vectors @ q
             v_rank = new.rows_in(by_vector)
             t_rank = new.rows_in(by_text)
@@ -345,10 +345,6 @@ def _of_refs(rows: pa.Table | None, refs: list[str]) -> pa.Table | None:
         return None
     chosen = pc.is_in(rows.column("memory_ref"), value_set=pa.array(refs, pa.string()))
     return rows.filter(chosen).drop_columns(["vector"])
-
-
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
 
 
 SEARCHED_COLUMNS = (
