@@ -4,7 +4,8 @@ Two kinds answer the same questions: `RowPool`, rows read from LanceDB or the fr
 an Arrow table, and `IndexPool`, positions in a being's hot index whose columns are the
 index's own arrays at those positions. A recall over a hot index thus never builds an Arrow
 table of its candidates only to read them back as arrays: taking, concatenating and
-converting those tables, and looking ranks up by ref, was a fifth of such a recall's CPU.
+converting those tables, and looking ranks up by ref, cost ~0.5-0.8 ms of such a recall's
+~4.5 at 100,000 memories.
 """
 
 from __future__ import annotations
