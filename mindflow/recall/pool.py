@@ -193,8 +193,8 @@ class IndexPool:
         if POSITION in columns:
             rows = rows.append_column(POSITION, pa.array(self.positions, type=pa.int64()))
         if self.score is not None:
-            kind = pa.float64() if self.score == "cosine" else pa.float32()
-            rows = rows.append_column(self.score, pa.array(self._scores, type=kind))
+            # The scores' own type: float64 cosines and float32 BM25, as LanceDB returns them.
+            rows = rows.append_column(self.score, pa.array(self._scores))
         return rows
 
     @staticmethod

@@ -18,7 +18,9 @@ from mindflow.recall.models import COLUMNS
 from mindflow.recall.pool import POSITION, IndexPool, Pool, RowPool
 
 
-def _rows(found: pa.Table | None, score: str | None = None) -> RowPool | None:
+def _pool_of(found: pa.Table | None, score: str | None = None) -> RowPool | None:
+    """Rows read from LanceDB (or merged with the fresh tail) as a pool; `score` names their
+    retrieval's score column."""
     return RowPool(found, score) if found is not None else None
 
 
@@ -39,17 +41,19 @@ class LanceRetrieval:
         self.where = where
 
     def vector(self, vector: np.ndarray, limit: int, columns: list[str]) -> Pool | None:
-        return _rows(primitives.vector_candidates(self.table, vector, self.where, limit, columns), "cosine")
+        return _pool_of(
+            primitives.vector_candidates(self.table, vector, self.where, limit, columns), "cosine"
+        )
 
     def text(self, query: str, limit: int, columns: list[str]) -> Pool | None:
-        return _rows(primitives.text_candidates(self.table, query, self.where, limit, columns), "_score")
+        return _pool_of(primitives.text_candidates(self.table, query, self.where, limit, columns), "_score")
 
     def around(self, spans, limit: int, also: list[str], columns: list[str]) -> Pool | None:
         """The memories inside the time spans and those `also` names: at least `columns`.
 
         From LanceDB every column, whatever `columns` asks: the same read then holds the chosen
         memories' rows, where a second query would cost more than the width."""
-        return _rows(primitives.rows_around(self.table, self.where, spans, limit, also))
+        return _pool_of(primitives.rows_around(self.table, self.where, spans, limit, also))
 
     def by_ref(self, refs: list[str]) -> pa.Table:
         return primitives.rows_by_ref(self.table, self.where, refs)
@@ -234,7 +238,7 @@ class FreshRetrieval:
         }
         merged = self._merged(published, best, extra, columns)
         if merged is None or merged.num_rows == 0:
-            return _rows(merged, "cosine")
+            return _pool_of(merged, "cosine")
         order = np.argsort(-merged.column("cosine").to_numpy(zero_copy_only=False), kind="stable")[:limit]
         return RowPool(merged.take(pa.array(order, type=pa.int64())), "cosine")
 
@@ -247,7 +251,7 @@ class FreshRetrieval:
         scores = primitives.bm25(query, self.terms, self.corpus + len(self.refs), hits)
         matched = np.flatnonzero(scores > 0)
         if len(matched) == 0:
-            return _rows(published, "_score")
+            return _pool_of(published, "_score")
         best = matched[np.argsort(-scores[matched], kind="stable")][:limit]
         merged = self._merged(published, best, {"_score": scores[best].astype(np.float32)}, columns)
         order = np.argsort(-merged.column("_score").to_numpy(zero_copy_only=False), kind="stable")[:limit]
@@ -265,7 +269,7 @@ class FreshRetrieval:
         near |= np.array([r in named for r in self.refs], dtype=bool)
         # Every column, as LanceDB's `around` reads, and what the request carries (POSITION).
         wanted = list(dict.fromkeys([*COLUMNS, "vector", *columns]))
-        return _rows(self._merged(published, np.flatnonzero(near), {}, wanted))
+        return _pool_of(self._merged(published, np.flatnonzero(near), {}, wanted))
 
     def session_documents(self, query: str, pool: Pool, gap_seconds: float) -> np.ndarray:
         # A fresh memory's session is not in the index yet (its POSITION is -1): scored 0, as
