@@ -19,6 +19,10 @@ import pytest
 import test_recall_hot
 from test_serve_workers import QUERIES, Served, _children, _expected, _mapped
 
+from mindflow.api import models
+from mindflow.api.service import RecallService
+from mindflow.recall import RecallConfig
+
 published = test_recall_hot.published  # the same fixture: ada and bram ingested, patrolled, published
 
 
@@ -39,6 +43,8 @@ class WithRankers(Served):
 @pytest.fixture
 def with_rankers(published, monkeypatch):
     monkeypatch.setenv("MINDFLOW_API_RANKERS", "2")
+    # What the rankers answer is tested here: every recall goes to them, a lone one too.
+    monkeypatch.setenv("MINDFLOW_API_LONE_RECALLS_HERE", "false")
     server = WithRankers(published, workers=1)
     try:
         yield published, server
@@ -56,6 +62,49 @@ def _until_ranked(server: WithRankers, being: str, timeout: float = 90.0) -> lis
         assert time.monotonic() < deadline, "no ranking process mapped the hot index"
         server.recall(being, QUERIES[0])
         time.sleep(0.05)
+
+
+class _Recorded:
+    """Stands in for the server's rankers: records what the service asks of them, and answers
+    nothing (so the service ranks every recall itself, as when no ranker is alive)."""
+
+    def __init__(self):
+        self.noticed: list[tuple[str, int]] = []
+        self.ranked: list[str] = []
+
+    def notice(self, being_id: str, version: int) -> None:
+        self.noticed.append((being_id, version))
+
+    def rank(self, being_id: str, version: int, query: str, **kwargs):
+        self.ranked.append(query)
+        return None
+
+
+@pytest.mark.parametrize("lone_here", [True, False])
+def test_a_lone_recall_is_ranked_by_the_worker_the_others_by_the_rankers(published, lone_here):
+    """A recall that comes while no other runs in the worker is ranked there, and the rankers are
+    told of its index; one that comes while another runs goes to a ranker. With
+    MINDFLOW_API_LONE_RECALLS_HERE=false every recall goes to a ranker."""
+    settings = published.model_copy(update={"api_lone_recalls_here": lone_here})
+    service = RecallService(settings, RecallConfig.for_model("all-MiniLM-L6-v2"))
+    recorded = service.rankers = _Recorded()
+    try:
+        expected = [
+            m.memory_ref for m in service.recall("ada", models.RecallRequest(query=QUERIES[0])).memories
+        ]
+        assert service.hot.wait("ada")
+        _, version = service.latest.get()
+        alone = service.recall("ada", models.RecallRequest(query=QUERIES[0]))
+        assert [m.memory_ref for m in alone.memories] == expected
+        if lone_here:
+            assert recorded.ranked == [] and recorded.noticed[-1] == ("ada", version)
+        else:
+            assert recorded.ranked == [QUERIES[0]]
+        with service.in_flight.one():  # another recall is running
+            among = service.recall("ada", models.RecallRequest(query=QUERIES[1]))
+        assert recorded.ranked[-1] == QUERIES[1] and among.memories
+    finally:
+        service.hot.close()
 
 
 def test_serve_starts_one_ranker_per_cpu_by_default(published, monkeypatch):

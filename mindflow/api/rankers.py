@@ -311,7 +311,7 @@ class Rankers:
             return
         self._free.append(ranker)
 
-    def _notice(self, being_id: str, version: int) -> None:
+    def notice(self, being_id: str, version: int) -> None:
         """Tell every ranker, once, to map the being's index at `version`."""
         with self._lock:
             if (being_id, version) in self._noticed:
@@ -346,7 +346,7 @@ class Rankers:
 
     def rank(self, being_id: str, version: int, query: str, **kwargs):
         """The memories, or None when no ranker answers (the caller ranks the recall itself)."""
-        self._notice(being_id, version)
+        self.notice(being_id, version)
         # The fresh tail's word counts are not sent: the ranker counts its texts itself, once per
         # text while they stay in its cache (`primitives.term_counts`). Pickled with each recall,
         # the counts of 2,000 fresh memories (MINDFLOW_TAIL_MAX_EPISODES) cost ~9 ms a recall.

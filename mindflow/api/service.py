@@ -10,7 +10,7 @@ import os
 import random
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import numpy as np
@@ -146,6 +146,26 @@ def _without_published_twins(memories: list[Memory]) -> list[Memory]:
     return [m for m in memories if not (m.fresh and published.intersection(m.source_episode_ids))]
 
 
+class InFlight:
+    """How many recalls this process is answering at once."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def one(self) -> Iterator[int]:
+        """Count a recall while it runs; yields how many others were running when it came."""
+        with self._lock:
+            others = self._count
+            self._count += 1
+        try:
+            yield others
+        finally:
+            with self._lock:
+                self._count -= 1
+
+
 def _marked(marks: MarkState, memories: list[Memory]) -> list[Memory]:
     """What `marks` leave of `memories`: no forgotten one, pins as last set. A recall applies the
     marks it excluded refs by, read once (a stat of the marks file per read)."""
@@ -180,6 +200,7 @@ class RecallService:
         self._served = threading.local()
         # Recalls ranked from a hot index at once in this process (MINDFLOW_API_RECALL_THREADS).
         self._ranking = threading.BoundedSemaphore(settings.api_recall_threads)
+        self.in_flight = InFlight()
         self.rankers = (
             Rankers(settings.api_rankers, pin=settings.api_pin_rankers, batch=settings.api_ranker_batch)
             if settings.api_rankers
@@ -239,6 +260,18 @@ class RecallService:
     def _recall(
         self, being_id: str, request: models.RecallRequest | models.ResonanceRequest, k: int, now: datetime
     ) -> list[Memory]:
+        with self.in_flight.one() as others:
+            return self._recall_among(being_id, request, k, now, others)
+
+    def _recall_among(
+        self,
+        being_id: str,
+        request: models.RecallRequest | models.ResonanceRequest,
+        k: int,
+        now: datetime,
+        others: int,
+    ) -> list[Memory]:
+        """`_recall` of a request that came while `others` recalls were running in this process."""
         query = self.check_query(request.query)
         marks = self.marks.state(being_id)
         # Forgotten refs are excluded in the query, so k is still filled with what may be shown.
@@ -274,11 +307,17 @@ class RecallService:
             keep = index.mask(exclude, request.since, request.until)
             ranking["scanned"] = index.scanned(vector, keep, vector_limit(self.config, k))
         # With ranking processes (MINDFLOW_API_RANKERS), a free one ranks a recall from the hot
-        # index; None: none could, this process ranks it.
+        # index; None: none could, this process ranks it. A lone recall (no other running here
+        # when it came; MINDFLOW_API_LONE_RECALLS_HERE) is ranked here: handing it over costs a
+        # ranker's wake-up, and buys nothing while no other recall wants this process's CPU. The
+        # rankers are still told of its index, to map it before the load that needs them.
         if index is not None and self.rankers is not None:
-            found = self.rankers.rank(being_id, version, query, **ranking)
-            if found is not None:
-                return _marked(marks, _without_published_twins(found))
+            if not others and self.settings.api_lone_recalls_here:
+                self.rankers.notice(being_id, version)
+            else:
+                found = self.rankers.rank(being_id, version, query, **ranking)
+                if found is not None:
+                    return _marked(marks, _without_published_twins(found))
         # From the hot index a recall is CPU work under the GIL: it waits its turn (off the GIL)
         # rather than taking turns at the GIL with others mid-recall. From LanceDB it mostly waits
         # on LanceDB's own threads, and runs beside others.
