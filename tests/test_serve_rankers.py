@@ -82,9 +82,9 @@ class _Recorded:
 
 @pytest.mark.parametrize("lone_here", [True, False])
 def test_a_lone_recall_is_ranked_by_the_worker_the_others_by_the_rankers(published, lone_here):
-    """A recall that comes while no other runs in the worker is ranked there, and the rankers are
-    told of its index; one that comes while another runs goes to a ranker. With
-    MINDFLOW_API_LONE_RECALLS_HERE=false every recall goes to a ranker."""
+    """A recall that comes while no other runs in the worker (and none came among others just
+    before) is ranked there, and the rankers are told of its index; one that comes while another
+    runs goes to a ranker. With MINDFLOW_API_LONE_RECALLS_HERE=false every recall goes to a ranker."""
     settings = published.model_copy(update={"api_lone_recalls_here": lone_here})
     service = RecallService(settings, RecallConfig.for_model("all-MiniLM-L6-v2"))
     recorded = service.rankers = _Recorded()
@@ -103,6 +103,14 @@ def test_a_lone_recall_is_ranked_by_the_worker_the_others_by_the_rankers(publish
         with service.in_flight.one():  # another recall is running
             among = service.recall("ada", models.RecallRequest(query=QUERIES[1]))
         assert recorded.ranked[-1] == QUERIES[1] and among.memories
+        # One that comes alone right after a recall came among others still goes to a ranker;
+        # once none has come among others for `quiet` seconds, a lone one is ranked here again.
+        service.in_flight.quiet = 2.0
+        service.recall("ada", models.RecallRequest(query=QUERIES[2]))
+        assert recorded.ranked[-1] == QUERIES[2]
+        time.sleep(2.1)
+        service.recall("ada", models.RecallRequest(query=QUERIES[3]))
+        assert (recorded.ranked[-1] == QUERIES[3]) is not lone_here
     finally:
         service.hot.close()
 

@@ -9,6 +9,7 @@ import math
 import os
 import random
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -147,20 +148,29 @@ def _without_published_twins(memories: list[Memory]) -> list[Memory]:
 
 
 class InFlight:
-    """How many recalls this process is answering at once."""
+    """How many recalls this process is answering at once, and when one last came among others."""
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: float = 1.0) -> None:
+        # Seconds since a recall last came while others ran, before one coming alone counts as
+        # alone: a second client's recalls come between the first's, and ranking them in the
+        # worker then slowed both (2 clients: p95 20 -> 21-27 ms, README).
+        self.quiet = quiet
         self._count = 0
+        self._crowded = -math.inf
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def one(self) -> Iterator[int]:
-        """Count a recall while it runs; yields how many others were running when it came."""
+    def one(self) -> Iterator[bool]:
+        """Count a recall while it runs; yields whether it came alone: no other running, and none
+        come among others in the last `quiet` seconds."""
+        now = time.monotonic()
         with self._lock:
-            others = self._count
+            if self._count:
+                self._crowded = now
+            alone = not self._count and now - self._crowded > self.quiet
             self._count += 1
         try:
-            yield others
+            yield alone
         finally:
             with self._lock:
                 self._count -= 1
@@ -260,18 +270,18 @@ class RecallService:
     def _recall(
         self, being_id: str, request: models.RecallRequest | models.ResonanceRequest, k: int, now: datetime
     ) -> list[Memory]:
-        with self.in_flight.one() as others:
-            return self._recall_among(being_id, request, k, now, others)
+        with self.in_flight.one() as alone:
+            return self._recall_alone_or_not(being_id, request, k, now, alone)
 
-    def _recall_among(
+    def _recall_alone_or_not(
         self,
         being_id: str,
         request: models.RecallRequest | models.ResonanceRequest,
         k: int,
         now: datetime,
-        others: int,
+        alone: bool,
     ) -> list[Memory]:
-        """`_recall` of a request that came while `others` recalls were running in this process."""
+        """`_recall` of a request that came `alone` (`InFlight.one`) or among others."""
         query = self.check_query(request.query)
         marks = self.marks.state(being_id)
         # Forgotten refs are excluded in the query, so k is still filled with what may be shown.
@@ -307,12 +317,12 @@ class RecallService:
             keep = index.mask(exclude, request.since, request.until)
             ranking["scanned"] = index.scanned(vector, keep, vector_limit(self.config, k))
         # With ranking processes (MINDFLOW_API_RANKERS), a free one ranks a recall from the hot
-        # index; None: none could, this process ranks it. A lone recall (no other running here
-        # when it came; MINDFLOW_API_LONE_RECALLS_HERE) is ranked here: handing it over costs a
-        # ranker's wake-up, and buys nothing while no other recall wants this process's CPU. The
-        # rankers are still told of its index, to map it before the load that needs them.
+        # index; None: none could, this process ranks it. A lone recall (`InFlight.one`;
+        # MINDFLOW_API_LONE_RECALLS_HERE) is ranked here: handing it over costs a ranker's wake-up,
+        # and buys nothing while no other recall wants this process's CPU. The rankers are still
+        # told of its index, to map it before the load that needs them.
         if index is not None and self.rankers is not None:
-            if not others and self.settings.api_lone_recalls_here:
+            if alone and self.settings.api_lone_recalls_here:
                 self.rankers.notice(being_id, version)
             else:
                 found = self.rankers.rank(being_id, version, query, **ranking)
