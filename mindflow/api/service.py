@@ -162,7 +162,7 @@ class InFlight:
     @contextlib.contextmanager
     def one(self) -> Iterator[bool]:
         """Count a recall while it runs; yields whether it came alone: no other running, and none
-        come among others in the last `quiet` seconds."""
+        came among others in the last `quiet` seconds."""
         now = time.monotonic()
         with self._lock:
             if self._count:
