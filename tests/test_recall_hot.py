@@ -223,6 +223,11 @@ def test_the_service_answers_the_same_from_its_index(published, embedder):
 
 def _synthetic_index(n: int, dim: int = 384, seed: int = 3) -> tuple[BeingIndex, np.ndarray]:
     """n memories whose vectors cluster like sentence embeddings do (a shared direction plus topics)."""
+    rows, vectors = _synthetic_rows(n, dim, seed)
+    return BeingIndex("ada", 1, rows), vectors
+
+
+def _synthetic_rows(n: int, dim: int = 384, seed: int = 3) -> tuple[pa.Table, np.ndarray]:
     rng = np.random.default_rng(seed)
     topics = rng.normal(size=(50, dim))
     vectors = 0.6 * topics[rng.integers(0, 50, n)] + rng.normal(size=(n, dim)) + 2.0 * rng.normal(size=dim)
@@ -243,7 +248,7 @@ def _synthetic_index(n: int, dim: int = 384, seed: int = 3) -> tuple[BeingIndex,
             "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim),
         }
     )
-    return BeingIndex("ada", 1, rows), vectors
+    return rows, vectors
 
 
 def test_the_int8_scan_returns_the_exact_nearest(embedder):
@@ -375,7 +380,7 @@ def test_queries_scanned_at_once_share_scans_and_each_gets_its_own_scores():
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((30_000, 384)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    scan = hot.Int8Scan.build(vectors)
+    scan = hot.Int8Scan.build(hot.scan_codes(vectors))
     queries = list(vectors[:40] + 0.1 * rng.standard_normal((40, 384)).astype(np.float32))
     alone = [scan.scores(q) for q in queries]
     scan.session = slow = _SlowScans(scan.session)
@@ -391,6 +396,43 @@ def test_queries_scanned_at_once_share_scans_and_each_gets_its_own_scores():
         assert all(isinstance(f.exception(), RuntimeError) for f in failed)
     scan.session = slow.session
     assert np.array_equal(scan.scores(queries[0]), alone[0])
+
+
+def test_the_scan_codes_are_written_with_the_files_and_mapped(tmp_path):
+    """The int8 codes are computed where the index is built and mapped from its files: a process
+    mapping them scans exactly as one holding the index in memory, and quantises nothing."""
+    from mindflow.recall.hot_files import HotFiles
+
+    rows, vectors = _synthetic_rows(INT8_SCAN_FROM + 5_000)
+    arrays = hot.index_arrays(rows)
+    # The codes of one scale for every vector, a row per dimension, as a whole-matrix
+    # quantisation gives them (computed by blocks).
+    scale = 127.0 / float(np.abs(arrays.vectors).max())
+    whole = np.clip(np.rint(arrays.vectors * scale), -127, 127).astype(np.int8).T
+    assert arrays.codes.shape == (vectors.shape[1], len(vectors)) and np.array_equal(arrays.codes, whole)
+    files = HotFiles(tmp_path)
+    files.write("ada", 1, 7, arrays)
+    mapped = files.open("ada", 1, 7)
+    assert isinstance(mapped.codes, np.memmap) and np.array_equal(mapped.codes, whole)
+    in_memory = BeingIndex.of_arrays("ada", 1, arrays)
+    from_files = BeingIndex.of_arrays("ada", 1, mapped)
+    keep = np.ones(len(in_memory), dtype=bool)
+    rng = np.random.default_rng(2)
+    for i in rng.integers(0, len(vectors), 10):
+        q = vectors[i] + 0.3 * rng.normal(size=vectors.shape[1]).astype(np.float32)
+        assert np.array_equal(from_files.scan.scores(q), in_memory.scan.scores(q))
+        want, got = in_memory.nearest(q, keep, 30), from_files.nearest(q, keep, 30)
+        assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+    # Codes of another length than the rows (a file from elsewhere): the folder is rebuilt.
+    folder = files.folder("ada", 1, 7)
+    np.save(folder / "codes.npy", whole[:, :-1])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["codes.npy"] = (folder / "codes.npy").stat().st_size
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert files.open("ada", 1, 7) is None and not folder.exists()
+    # A small index has no codes, and no scan: nearest compares its float32 vectors.
+    small = hot.index_arrays(_synthetic_rows(1_000)[0])
+    assert small.codes.shape == (vectors.shape[1], 0) and BeingIndex.of_arrays("ada", 1, small).scan is None
 
 
 def test_queries_known_ahead_share_one_scan_and_rank_as_alone():

@@ -14,9 +14,10 @@ used beings go first; a being larger than the whole budget is always served from
 
 With `files` (the server's), an index is written once under the home and every worker
 process maps it read-only (`mindflow.recall.hot_files`): the workers share one copy, and a
-restarted server maps the index of an unchanged table instead of building it. Only the int8
-scan is per process: onnxruntime packs the codes into its own layout (a quarter of the
-vectors' size), and without that packing the scan is seven times slower.
+restarted server maps the index of an unchanged table instead of building it. The int8 codes
+of the scan are computed once, with the files, and mapped like the rest; what stays per process
+is onnxruntime's packing of them into its own layout (a quarter of the vectors' size), without
+which the scan is three times slower (5.6 against 1.9 ms at 100,000 memories).
 """
 
 from __future__ import annotations
@@ -65,53 +66,82 @@ COARSE = 256
 SCAN_BATCH = 8
 
 
+def scan_codes(vectors: np.ndarray) -> np.ndarray:
+    """The int8 codes an `Int8Scan` reads: the unit vectors scaled by one factor for all,
+    transposed (a row per dimension, MatMulInteger's right operand). Empty (no columns) below
+    INT8_SCAN_FROM memories, where `BeingIndex.nearest` compares the float32 vectors.
+
+    Computed where the index is built, and written with its files, so the processes that map
+    them do not each quantise 100,000 vectors again (~0.45 s of CPU each, at every new table
+    version, while they answer recalls)."""
+    n, dim = vectors.shape
+    if n < INT8_SCAN_FROM:
+        return np.zeros((dim, 0), np.int8)
+    scale = 127.0 / max(float(np.abs(vectors).max()), 1e-12)
+    codes = np.empty((dim, n), np.int8)
+    # By blocks: float32 temporaries of a block, not of every vector.
+    for start in range(0, n, 8192):
+        block = np.clip(np.rint(vectors[start : start + 8192] * scale), -127, 127)
+        codes[:, start : start + 8192] = block.astype(np.int8).T
+    return codes
+
+
 class Int8Scan:
     """Approximate dot products with every memory at a quarter of float32's memory traffic.
 
     A scan of 100,000 float32 vectors reads 150 MB and takes ~15 ms on one core; the
-    int8 codes of the unit vectors (one scale for all) are read by onnxruntime's
-    MatMulInteger (VNNI where the CPU has it) in ~4 ms. The codes only choose
+    int8 codes of the unit vectors (one scale for all, `scan_codes`) are read by onnxruntime's
+    MatMulInteger (VNNI where the CPU has it) in ~2 ms. The codes only choose
     candidates; `BeingIndex.nearest` ranks them by their float32 cosine, so the order
     returned is exact as long as the true nearest are among the candidates (at 256
     candidates for 30 results they are on MiniLM vectors; tests/test_recall_hot.py).
     """
 
-    def __init__(self, session, scale: float):
+    def __init__(self, session):
         self.session = session
-        self.scale = scale
         # Queries that reach the scan while one runs are scanned together next.
         self._together: Together[np.ndarray, np.ndarray] = Together(self._scan, SCAN_BATCH)
         # Scores scanned ahead for queries known to come (`shared`), by their codes.
         self._ahead: dict[bytes, np.ndarray] = {}
 
     @classmethod
-    def build(cls, vectors: np.ndarray) -> Int8Scan | None:
+    def build(cls, codes: np.ndarray) -> Int8Scan | None:
+        """The scan of `codes` (`scan_codes`, in memory or mapped from the index's files); None
+        without codes or without onnxruntime."""
+        dim, n = codes.shape
+        if n == 0:
+            return None
         try:
             import onnxruntime
             from onnx import TensorProto, helper, numpy_helper
         except ImportError:
             return None
-        n, dim = vectors.shape
-        scale = 127.0 / max(float(np.abs(vectors).max()), 1e-12)
-        codes = np.clip(np.rint(vectors * scale), -127, 127).astype(np.int8)
+        # The codes reach onnxruntime as an external initializer, not inside the serialised
+        # graph: the session copies them once and packs them, where a graph holding them was
+        # copied three times on the way (for 100,000 random unit vectors a scan made that way
+        # kept 80 MB of private memory and took 0.5 s; this way 38 MB, the packed codes, and 0.08 s).
+        codes_tensor = TensorProto(name="codes", data_type=TensorProto.INT8, dims=[dim, n])
+        codes_tensor.data_location = TensorProto.EXTERNAL
+        # Where the data would be read from; never read, the initializer given below replaces it.
+        codes_tensor.external_data.add(key="location", value="codes")
         graph = helper.make_graph(
             [helper.make_node("MatMulInteger", ["query", "codes", "zero"], ["scores"])],
             "int8_scan",
             [helper.make_tensor_value_info("query", TensorProto.UINT8, ["queries", dim])],
             [helper.make_tensor_value_info("scores", TensorProto.INT32, ["queries", n])],
-            initializer=[
-                numpy_helper.from_array(np.ascontiguousarray(codes.T), "codes"),
-                numpy_helper.from_array(np.array(128, dtype=np.uint8), "zero"),
-            ],
+            initializer=[codes_tensor, numpy_helper.from_array(np.array(128, dtype=np.uint8), "zero")],
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_external_initializers(
+            ["codes"], [onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(codes))]
+        )
         session = onnxruntime.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
-        return cls(session, scale)
+        return cls(session)
 
     def scores(self, query: np.ndarray) -> np.ndarray:
         """int32 scores, in the order of the vectors: larger is more similar.
@@ -166,6 +196,7 @@ def index_arrays(rows: pa.Table) -> IndexArrays:
         vectors = np.zeros((0, width), np.float32)
     if len(vectors):
         vectors = vectors / np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     # Refs as a fixed-width numpy array and a sorted copy for look-ups: no Python object
     # per memory, so the garbage collector never walks 100,000 strings mid-request.
     refs = np.array(rows.column("memory_ref").to_pylist(), dtype=str)
@@ -183,7 +214,8 @@ def index_arrays(rows: pa.Table) -> IndexArrays:
         text_word_starts=text.word_starts,
         text_words=text.words,
         text_word_counts=text.word_counts,
-        vectors=np.ascontiguousarray(vectors, dtype=np.float32),
+        vectors=vectors,
+        codes=scan_codes(vectors),
         ts=rows.column("ts").to_numpy() if rows.num_rows else np.zeros(0, "datetime64[us]"),
         refs=refs,
         by_ref=by_ref,
@@ -226,7 +258,7 @@ class BeingIndex:
             arrays.text_lengths, arrays.text_word_starts, arrays.text_words, arrays.text_word_counts,
         )  # fmt: skip
         self.dim = self.vectors.shape[1]
-        self.scan = Int8Scan.build(self.vectors) if len(self) >= INT8_SCAN_FROM else None
+        self.scan = Int8Scan.build(arrays.codes)
         self._sessions: dict[float, sessions_module.Sessions] = {}
 
     def __len__(self) -> int:

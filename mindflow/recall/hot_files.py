@@ -2,8 +2,9 @@
 
 Several worker processes serve recall (`mindflow serve --workers N`). Each holding its own
 copy of a being's index would cost ~2 KB per memory per worker, so the index of one table
-version is written once, as numpy `.npy` files and an Arrow IPC file, and every worker
-maps them read-only: the page cache holds one copy, whatever the number of workers.
+version is written once, as numpy `.npy` files (the int8 scan's codes among them) and an
+Arrow IPC file, and every worker maps them read-only: the page cache holds one copy, whatever
+the number of workers.
 
 Crash-only: a folder is written under a `.partial-` name and renamed into place only when
 every file is in it, so a writer killed at any instant leaves no folder a reader would
@@ -33,9 +34,9 @@ from mindflow.inbox import validate_being_id
 log = logging.getLogger(__name__)
 
 # Bumped when the files' layout or the index's columns change: older folders are then rebuilt.
-FORMAT = 4
+FORMAT = 5
 ARRAYS = (
-    "vectors", "ts", "refs", "by_ref", "sorted_refs",
+    "vectors", "codes", "ts", "refs", "by_ref", "sorted_refs",
     "text_vocabulary", "text_starts", "text_positions", "text_counts", "text_lengths",
     "text_word_starts", "text_words", "text_word_counts",
 )  # fmt: skip
@@ -54,6 +55,8 @@ class IndexArrays:
     texts' postings, rows."""
 
     vectors: np.ndarray
+    # The int8 scan's codes (`hot.scan_codes`): a row per dimension, no columns in a small index.
+    codes: np.ndarray
     ts: np.ndarray
     refs: np.ndarray
     by_ref: np.ndarray
@@ -103,7 +106,7 @@ class HotFiles:
             with pa.memory_map(str(folder / ROWS), "r") as source:
                 rows = pa.ipc.open_file(source).read_all()
             lengths = {len(arrays[a]) for a in ("vectors", "ts", "refs", "text_lengths")} | {rows.num_rows}
-            if lengths != {manifest["rows"]}:
+            if lengths != {manifest["rows"]} or arrays["codes"].shape[1] not in (0, manifest["rows"]):
                 raise ValueError("files of different lengths")
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
             log.warning("hot index files in %s are damaged (%s): building them again", folder, exc)
