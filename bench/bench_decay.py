@@ -14,16 +14,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 ROWS = 1_000_000
 
 
-def main() -> int:
+def main(rows: int = ROWS, folder: Path | None = None) -> int:
+    """The benchmark over `rows` rows in `folder` (a temporary one by default); tests run it small,
+    so it keeps up with the table's schema."""
     from mindflow import store
     from mindflow.decay import compute_scores, run_decay
 
-    path = Path(tempfile.mkdtemp(prefix="mindflow-bench-")) / "mindflow.duckdb"
+    path = (folder or Path(tempfile.mkdtemp(prefix="mindflow-bench-"))) / "mindflow.duckdb"
     as_of = datetime(2026, 11, 1)
     with store.connect(path) as con:
         con.execute(
             f"""
-            INSERT INTO decay_scores
+            INSERT INTO decay_scores (
+                memory_ref, being_id, store, kind, base_relevance, created_at, last_accessed,
+                access_count, type_weight, score, status, pinned, retention_from, retention_days, as_of
+            )
             SELECT 'n-' || i, 'being-' || (i % 11), 'nodes',
                    ['message', 'fact', 'decision', 'task'][1 + i % 4],
                    (i % 100) / 100.0,
@@ -31,7 +36,7 @@ def main() -> int:
                    TIMESTAMP '2026-01-01' + to_seconds((i * 25) % 25000000),
                    1 + i % 7, [0.8, 1.2, 1.0, 1.5][1 + i % 4], NULL, 'active',
                    i % 97 = 0, NULL, NULL, NULL
-            FROM range({ROWS}) t(i)
+            FROM range({rows}) t(i)
             """
         )
         # The first pass sets every status; then each pass is the next night.
@@ -53,13 +58,13 @@ def main() -> int:
             t0 = time.perf_counter()
             report = run_decay(con, day)
             nightly.append(time.perf_counter() - t0)
-        assert n == ROWS and report.scored == ROWS, (n, report.scored)
+        assert n == rows and report.scored == rows, (n, report.scored)
         counted = dict(con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1").fetchall())
         assert report.statuses == {s: counted.get(s, 0) for s in report.statuses}, (report.statuses, counted)
         statuses = dict(con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1").fetchall())
     b, a = statistics.median(bare), statistics.median(arith)
     d, r = statistics.median(scores), statistics.median(nightly)
-    print(f"## decay over {ROWS:,} rows (median of 5 nights)")
+    print(f"## decay over {rows:,} rows (median of 5 nights)")
     print(f"bare UPDATE, one column := constant          {b:8.3f} s   baseline 1")
     print(f"bare UPDATE, one column := a * b             {a:8.3f} s   baseline 2")
     print(
