@@ -561,16 +561,14 @@ def test_twenty_thousand_rows_match_numpy(con):
     assert (formed & expired & ~pinned).sum() > 100
 
 
-def test_the_decay_benchmark_runs_on_the_tables_of_today(tmp_path, capsys):
+def test_the_decay_benchmark_runs_on_the_tables_of_today(tmp_path, capsys, monkeypatch):
     """bench/bench_decay.py writes its synthetic rows straight into decay_scores: run small here,
     so a migration that changes the table breaks this test, not a later `make bench`."""
-    import importlib.util
     from pathlib import Path
 
-    source = Path(__file__).resolve().parent.parent / "bench" / "bench_decay.py"
-    spec = importlib.util.spec_from_file_location("bench_decay", source)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.main(rows=5_000, folder=tmp_path) == 0
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
+    import bench_decay
+
+    assert bench_decay.main(rows=5_000, folder=tmp_path) == 0
     printed = capsys.readouterr().out
     assert "decay over 5,000 rows" in printed and "compute_scores" in printed
