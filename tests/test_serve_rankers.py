@@ -190,22 +190,31 @@ def test_every_ranker_maps_a_new_index_without_a_recall_of_its_own(with_rankers)
 
 def _until_replaced(server: WithRankers, killed: int, timeout: float = 90.0) -> None:
     """Recall until the killed ranker is replaced: a recall finds it dead (its zombie is no
-    ranker any more, but the server counts it alive until then) and its replacement starts."""
+    ranker any more, but the server counts it alive until then) and its replacement starts.
+
+    The same two processes must be seen on both sides of a recall: `rankers()` lists an index
+    writer while it runs, and one listing of a survivor and a writer looked like two rankers
+    before the server had noticed the death (a run of `make test`, 2026-11-27)."""
     deadline = time.monotonic() + timeout
-    while not (
-        len(server.rankers()) == 2 and killed not in server.rankers() and server.ready()["rankers"] == 2
-    ):
-        assert time.monotonic() < deadline, "the killed ranking process was not replaced"
+    before: list[int] = []
+    while True:
         server.recall("ada", QUERIES[0])
+        now = server.rankers()
+        if len(now) == 2 and killed not in now and now == before and server.ready()["rankers"] == 2:
+            return
+        assert time.monotonic() < deadline, "the killed ranking process was not replaced"
+        before = now
         time.sleep(0.2)
 
 
 def _pinned(server: WithRankers) -> list[set[int]]:
     """The CPUs each ranking process may run on, once there are two (the index writer, started at
-    the first recall of a new version, exits when its files are written)."""
+    the first recall of a new version, exits when its files are written). Recalls go on while
+    waiting: a ranker that died unnoticed is found dead by one and replaced."""
     deadline = time.monotonic() + 60
     while len(pids := server.rankers()) != 2:
         assert time.monotonic() < deadline, f"not two ranking processes: {pids}"
+        server.recall("ada", QUERIES[0])
         time.sleep(0.1)
     return sorted((os.sched_getaffinity(p) for p in pids), key=min)
 
