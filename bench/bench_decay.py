@@ -59,9 +59,9 @@ def main(rows: int = ROWS, folder: Path | None = None) -> int:
             report = run_decay(con, day)
             nightly.append(time.perf_counter() - t0)
         assert n == rows and report.scored == rows, (n, report.scored)
-        counted = dict(con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1").fetchall())
-        assert report.statuses == {s: counted.get(s, 0) for s in report.statuses}, (report.statuses, counted)
         statuses = dict(con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1").fetchall())
+        expected = {s: statuses.get(s, 0) for s in report.statuses}
+        assert report.statuses == expected, (report.statuses, statuses)
     b, a = statistics.median(bare), statistics.median(arith)
     d, r = statistics.median(scores), statistics.median(nightly)
     print(f"## decay over {rows:,} rows (median of 5 nights)")

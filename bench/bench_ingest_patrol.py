@@ -6,7 +6,7 @@ their ratio to the baseline (wall and CPU time of this process), the work inside
 (sum of step durations), and the same for a second run with no new data, in this process and
 in a fresh process per job. Then, in a fresh process, the same ratio and the cost per episode
 at 100,000 synthetic episodes over 10 beings, where the model's cost dominates (LoCoMo turns
-resampled with a unique suffix, so none is cached; ~6 minutes here).
+resampled with a unique suffix, so none is cached; ~6.5 minutes here).
 
 Usage: python bench/bench_ingest_patrol.py [--synthetic 100000]   (2000 for a quick look, 0 for none)
 The pipeline's encoder follows the settings (MINDFLOW_EMBEDDING_PRECISION=int8 for int8);
