@@ -173,6 +173,15 @@ def http(world):
         yield client
 
 
+def events_since(world, since: datetime) -> list:
+    """Events of recalls made from `since` on (naive UTC), by the time each recall was made.
+
+    An event is stamped while its request is served and written after its response is sent,
+    so an earlier test's event can still land after `since`: its stamp keeps it out.
+    """
+    return [e for e in read_events(world.settings.events) if e.ts >= since]
+
+
 def recall(http, being, query, **body):
     response = http.post(f"/v1/beings/{being}/recall", json={"query": query, **body})
     assert response.status_code == 200, response.text
@@ -307,7 +316,7 @@ def test_echo_filter_skips_what_a_session_was_shown(http, world):
 
 def test_fragments_mode_is_the_blur_alone(http, world):
     listed = recall(http, "ada", "Lena's family and free time", k=4)["memories"]
-    before = {e.event_id for e in read_events(world.settings.events)}
+    since = utcnow()
     found = recall(http, "ada", "Lena's family and free time", k=4, mode="fragments")
     assert found["mode"] == "fragments" and found["memories"] == []
     text = found["fragments"]
@@ -317,7 +326,7 @@ def test_fragments_mode_is_the_blur_alone(http, world):
     assert sorted(pieces) == sorted(expected)
     # The memories behind the blur are reinforced as in a listed recall.
     deadline = clock.monotonic() + 10
-    while not [e for e in read_events(world.settings.events) if e.event_id not in before]:
+    while not events_since(world, since):
         assert clock.monotonic() < deadline
         clock.sleep(0.05)
     nothing = recall(http, "ada", "quantum chromodynamics of neutron stars", mode="fragments")
@@ -391,7 +400,7 @@ def test_resonance_counts_elapsed_time_across_midnight_and_hides_the_future(http
 
 @pytest.mark.parametrize("query", ["HEARTBEAT_OK", "NO_REPLY", "ping", "[probe] orchids"])
 def test_heartbeat_and_probe_turns_get_no_resonance_and_reinforce_nothing(http, world, query):
-    before = {e.event_id for e in read_events(world.settings.events)}
+    since = utcnow()
     body = {"query": query, "now": "2026-01-10T12:00:00Z"}
     response = http.post("/v1/beings/cleo/resonance", json=body)
     assert response.status_code == 200, response.text
@@ -401,12 +410,12 @@ def test_heartbeat_and_probe_turns_get_no_resonance_and_reinforce_nothing(http, 
     # Events are written right after each response is sent.
     deadline = clock.monotonic() + 10
     while True:
-        events = [e for e in read_events(world.settings.events) if e.event_id not in before]
+        events = events_since(world, since)
         if events or clock.monotonic() > deadline:
             break
         clock.sleep(0.05)
     clock.sleep(0.3)  # time for a late event of the heartbeat turn to show, were there one
-    events = [e for e in read_events(world.settings.events) if e.event_id not in before]
+    events = events_since(world, since)
     assert [e.tool for e in events] == ["resonance"]  # only the real turn reinforced anything
 
 
@@ -592,7 +601,7 @@ def test_concurrent_writers_never_corrupt_the_inbox_file(world):
 
 
 def test_each_tool_appends_a_reinforcement_event(http, world):
-    before = {e.event_id for e in read_events(world.settings.events)}
+    since = utcnow()
     recalled = recall(http, "bram", "half marathon", k=2)["memories"]
     http.post("/v1/beings/bram/search_memory", json={"query": "Tomas"})
     http.get(f"/v1/beings/bram/clusters/{recalled[0]['cluster_id']}/memories")
@@ -601,7 +610,7 @@ def test_each_tool_appends_a_reinforcement_event(http, world):
     # Events are written right after each response is sent.
     deadline = clock.monotonic() + 10
     while True:
-        new = [e for e in read_events(world.settings.events) if e.event_id not in before]
+        new = events_since(world, since)
         if len(new) >= 4 or clock.monotonic() > deadline:
             break
         clock.sleep(0.05)
