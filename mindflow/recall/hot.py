@@ -305,7 +305,7 @@ class BeingIndex:
 
         Apart from `nearest` so the server scans outside its ranking turn, where the scans of
         recalls running at once are shared (`Int8Scan.scores`)."""
-        visible = int(keep.sum())
+        visible = int(np.count_nonzero(keep))
         coarse = max(COARSE, 8 * min(limit, visible))
         if self.scan is None or limit <= 0 or coarse >= visible:
             return None
@@ -337,7 +337,7 @@ class BeingIndex:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         q = np.asarray(vector, dtype=np.float32)
         q = q / max(float(np.linalg.norm(q)), 1e-12)
-        visible = int(keep.sum())
+        visible = int(np.count_nonzero(keep))
         limit = min(limit, visible)
         if limit == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)

@@ -173,7 +173,7 @@ def recall(
         return config.prf_weight * extra / max(max(expanded.values()), 1e-12)
 
     def weighting(rows: pools.Pool) -> tuple[np.ndarray, np.ndarray]:
-        decay = rerank.decay_factor(np.nan_to_num(rows.decay, nan=1.0), config)
+        decay = rerank.decay_factor(rerank.nan_to(rows.decay, 1.0), config)
         return decay, rerank.recency_factor(rows.ts, now, config)
 
     refs, vectors, cosine, v_rank, t_rank, bm, fused = score(pool)
