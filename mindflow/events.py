@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -105,15 +106,61 @@ class EventWriter:
     (`mindflow.together`): one lock, one write and one fsync for all of them (0.11-0.13 ms).
     Each `append` still returns only once its own events are durable, and raises if they could
     not be written.
+
+    A server's recalls `submit` their events instead: a thread of the writer's own appends
+    whatever was submitted meanwhile, so no request's thread waits on the file's fsync. Before,
+    each response's background task held a thread of the server until its append was durable.
+    With every write made 100 ms slower (a slow disk), 8 clients at 100,000 memories: 186-188
+    requests/s, p95 69-70 ms that way, 221-231 requests/s, p95 48-52 ms with the thread (two
+    alternating pairs); at this disk's own speed, the same within the machine's drift (three
+    pairs: 208/206, 189/224, 218/217 requests/s).
     """
 
     def __init__(self, events_dir: Path):
         self.events_dir = events_dir
         self._together: Together[Sequence[RecallEvent], None] = Together(self._append, APPENDS_TOGETHER)
+        self._submitted: list[RecallEvent] = []
+        self._counts = [0, 0]  # events submitted, events the thread has appended (or failed to)
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
 
     def append(self, events: Sequence[RecallEvent]) -> None:
         _check(events)  # a bad event fails its own caller, not the others in its write
         self._together(events)
+
+    def submit(self, events: Sequence[RecallEvent]) -> None:
+        """Hand `events` to the writer's thread and return at once. Crash-only as a response
+        sent before its event: a killed process loses the events not written yet (a
+        reinforcement each), never an event in part."""
+        _check(events)
+        with self._changed:
+            self._submitted.extend(events)
+            self._counts[0] += len(events)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._write_submitted, daemon=True, name="mindflow-events"
+                )
+                self._thread.start()
+            self._changed.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event submitted so far is appended (or failed); False on timeout."""
+        with self._changed:
+            target = self._counts[0]
+            return self._changed.wait_for(lambda: self._counts[1] >= target, timeout)
+
+    def _write_submitted(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: bool(self._submitted))
+                batch, self._submitted = self._submitted, []
+            try:
+                self.append(batch)
+            except Exception:  # noqa: BLE001 - losing a reinforcement must not stop the others
+                log.exception("could not append %d recall events to %s", len(batch), self.events_dir)
+            with self._changed:
+                self._counts[1] += len(batch)
+                self._changed.notify_all()
 
     @property
     def writes(self) -> int:

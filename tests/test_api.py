@@ -176,8 +176,9 @@ def http(world):
 def events_since(world, since: datetime) -> list:
     """Events of recalls made from `since` on (naive UTC), by the time each recall was made.
 
-    An event is stamped while its request is served and written after its response is sent,
-    so an earlier test's event can still land after `since`: its stamp keeps it out.
+    An event is stamped while its request is served and written by the server's event thread
+    beside the response, so an earlier test's event can still land after `since`: its stamp
+    keeps it out.
     """
     return [e for e in read_events(world.settings.events) if e.ts >= since]
 
@@ -407,7 +408,7 @@ def test_heartbeat_and_probe_turns_get_no_resonance_and_reinforce_nothing(http, 
     assert (response.json()["text"], response.json()["items"]) == ("", [])
     # The same request with a real turn resonates (the memory is there to be found).
     assert http.post("/v1/beings/cleo/resonance", json={**body, "query": "orchids"}).json()["items"]
-    # Events are written right after each response is sent.
+    # Events are written by the server's event thread, beside the responses.
     deadline = clock.monotonic() + 10
     while True:
         events = events_since(world, since)
@@ -607,7 +608,7 @@ def test_each_tool_appends_a_reinforcement_event(http, world):
     http.get(f"/v1/beings/bram/clusters/{recalled[0]['cluster_id']}/memories")
     http.post("/v1/beings/bram/resonance", json={"query": "running"})
     recall(http, "bram", "quantum chromodynamics of neutron stars", k=2)  # nothing found, no event
-    # Events are written right after each response is sent.
+    # Events are written by the server's event thread, beside the responses.
     deadline = clock.monotonic() + 10
     while True:
         new = events_since(world, since)

@@ -386,3 +386,64 @@ def test_a_bad_event_fails_its_own_append_and_not_the_others_written_with_it(tmp
         writer.append([event(ADA, ["n-1", "n-2"], [1], event_id="bad")])
     writer.append([event(ADA, ["n-3"], [1], event_id="good")])
     assert [e.event_id for e in read_events(tmp_path / "events")] == ["good"]
+
+
+def test_submitted_events_are_written_by_the_writers_thread_each_once(tmp_path):
+    """EventWriter.submit (a server's recalls): the events go out in shared writes, each once,
+    and flush waits until every one submitted so far is on disk."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mindflow.events import EventWriter
+
+    writer = EventWriter(tmp_path / "events")
+    with ThreadPoolExecutor(8) as threads:
+        list(
+            threads.map(
+                lambda i: writer.submit([event(ADA, [f"n-{i}"], [1], event_id=f"e{i:03d}")]), range(200)
+            )
+        )
+    assert writer.flush(30)
+    assert sorted(e.event_id for e in read_events(tmp_path / "events")) == [f"e{i:03d}" for i in range(200)]
+    assert writer.writes < 200
+
+
+def test_a_submit_returns_while_the_event_file_is_held_and_lands_once_it_is_free(tmp_path):
+    """No request waits on the event file: with its lock held (a slow disk, a patrol rewriting
+    it), submit returns and the event is written once the lock is let go."""
+    from filelock import FileLock
+
+    from mindflow.events import EventWriter
+
+    folder = tmp_path / "events" / T1.date().isoformat()
+    folder.mkdir(parents=True)
+    writer = EventWriter(tmp_path / "events")
+    with FileLock(str(folder / f"{socket.gethostname()}-{os.getpid()}.jsonl.lock")):
+        writer.submit([event(ADA, ["n-1"], [1], event_id="held")])  # returns: the lock is not its to wait on
+        assert not writer.flush(0.3)
+        assert list(read_events(tmp_path / "events")) == []
+    assert writer.flush(30)
+    assert [e.event_id for e in read_events(tmp_path / "events")] == ["held"]
+
+
+def test_a_failed_write_of_submitted_events_is_logged_and_the_next_ones_land(tmp_path, caplog):
+    from mindflow.events import EventWriter
+
+    blocked = tmp_path / "events"
+    blocked.write_text("a file where the events folder should be")
+    writer = EventWriter(blocked)
+    writer.submit([event(ADA, ["n-1"], [1], event_id="lost")])
+    assert writer.flush(30)
+    assert "could not append 1 recall events" in caplog.text
+    blocked.unlink()
+    writer.submit([event(ADA, ["n-2"], [1], event_id="kept")])
+    assert writer.flush(30)
+    assert [e.event_id for e in read_events(blocked)] == ["kept"]
+
+
+def test_a_bad_event_fails_its_own_submit(tmp_path):
+    from mindflow.events import EventWriter
+
+    writer = EventWriter(tmp_path / "events")
+    with pytest.raises(MindflowError, match="increment"):
+        writer.submit([event(ADA, ["n-1", "n-2"], [1], event_id="bad")])
+    assert writer.flush(5) and list(read_events(tmp_path / "events")) == []

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import anyio
 import numpy as np
-from fastapi import APIRouter, BackgroundTasks, FastAPI, Path, Query, Request
+from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
@@ -50,6 +50,8 @@ ERRORS = {
 }
 # What a route with a JSON body can answer besides its own: BodyLimit's 400 and 413.
 BODY = (400, 413)
+# How long a stopping server waits for the recall events still being written.
+EVENTS_FLUSH_TIMEOUT = 10.0
 
 
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -169,6 +171,9 @@ def create_app(
                 yield
         finally:
             gc.unfreeze()  # an app of a longer process (a test, an agent) gives them back
+        # The recall events submitted before the server stopped (a killed one loses the last few).
+        if not service.events.flush(EVENTS_FLUSH_TIMEOUT):
+            log.warning("recall events were still being written when the server stopped")
         service.hot.close()
         if service.rankers is not None:
             service.rankers.close()
@@ -233,7 +238,7 @@ def create_app(
     v1 = APIRouter(prefix="/v1/beings/{being_id}", responses=errors(401, 403, 422))
 
     @v1.post("/recall", response_model=models.RecallResponse, tags=["recall"], responses=errors(*BODY))
-    def recall(being_id: Being, body: models.RecallRequest, background: BackgroundTasks) -> Response:
+    def recall(being_id: Being, body: models.RecallRequest) -> Response:
         """Hybrid recall of active memories: vector + full text, decay, recency, MMR.
 
         The `X-Mindflow-Recall` header says where the candidates came from: `hot` (the
@@ -241,7 +246,7 @@ def create_app(
         `Server-Timing` how long the recall took inside the server (`recall;dur=<ms>`).
         """
         started = time.perf_counter()
-        answer = service.recall(being_id, body, background.add_task)
+        answer = service.recall(being_id, body)
         headers = {
             "X-Mindflow-Recall": service.served_from(),
             "Server-Timing": f"recall;dur={(time.perf_counter() - started) * 1000:.1f}",
@@ -252,33 +257,27 @@ def create_app(
         return Response(answer.model_dump_json(), media_type="application/json", headers=headers)
 
     @v1.post("/resonance", response_model=models.ResonanceResponse, tags=["recall"], responses=errors(*BODY))
-    def resonance(
-        being_id: Being, body: models.ResonanceRequest, background: BackgroundTasks
-    ) -> models.ResonanceResponse:
+    def resonance(being_id: Being, body: models.ResonanceRequest) -> models.ResonanceResponse:
         """Up to 5 memories with relative times, rendered as the [SUBCONSCIOUS RESONANCE] block."""
-        return service.resonance(being_id, body, background.add_task)
+        return service.resonance(being_id, body)
 
     @v1.post("/search_memory", response_model=models.SearchResponse, tags=["recall"], responses=errors(*BODY))
-    def search(
-        being_id: Being, body: models.SearchRequest, background: BackgroundTasks
-    ) -> models.SearchResponse:
+    def search(being_id: Being, body: models.SearchRequest) -> models.SearchResponse:
         """Keyword search over action, feeling, themes and `when`; dormant memories included."""
-        return service.search(being_id, body, background.add_task)
+        return service.search(being_id, body)
 
     @v1.get("/clusters/{cluster_id}/memories", response_model=models.ClusterResponse, tags=["recall"])
     def cluster(
         being_id: Being,
         cluster_id: Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$")],
-        background: BackgroundTasks,
         k: Annotated[int, Query(ge=1, le=200)] = 50,
     ) -> models.ClusterResponse:
         """A cluster's memories, newest first (the seed's recall_memory)."""
-        return service.cluster(being_id, cluster_id, k, background.add_task)
+        return service.cluster(being_id, cluster_id, k)
 
     @v1.get("/facts", response_model=models.FactsResponse, tags=["graph"])
     def facts(
         being_id: Being,
-        background: BackgroundTasks,
         entity: Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00]+$")] = None,
         depth: Annotated[int, Query(ge=1, le=2)] = 1,
         key: Annotated[
@@ -323,7 +322,7 @@ def create_app(
             found["facts"] = matched
         found["facts"] = kept(found.get("facts", []), "fact_id")
         found["relations"] = kept(found.get("relations", []), "relation_id")
-        service.record_fact_access(being_id, [f["fact_id"] for f in found["facts"]], background.add_task)
+        service.record_fact_access(being_id, [f["fact_id"] for f in found["facts"]])
         return models.FactsResponse(
             being_id=being_id,
             entity=found.get("entity") or entity or "",

@@ -11,7 +11,7 @@ import random
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import numpy as np
@@ -43,9 +43,6 @@ from mindflow.recall.search import vector_limit
 log = logging.getLogger(__name__)
 FRAGMENT_SEPARATOR = " / "
 FRAGMENTS_OPEN, FRAGMENTS_CLOSE = "<fragments>", "</fragments>"
-# Schedules `write_event(event)`; the server passes BackgroundTasks.add_task, so the fsync of
-# the event file happens after the response is sent instead of inside every recall's latency.
-Defer = Callable[..., None]
 
 
 class QueryVectors:
@@ -239,33 +236,17 @@ class RecallService:
     def _table(self):
         return self.latest.get()[0]
 
-    def _reinforce(self, being_id: str, tool: str, memories: list[Memory], defer: Defer | None) -> None:
+    def _reinforce(self, being_id: str, tool: str, memories: list[Memory]) -> None:
         if not memories:
             return
-        event = events.recall_event(
-            being_id, tool, [m.memory_ref for m in memories], [m.status for m in memories]
-        )
-        if defer is None:
-            self.write_event(event)
-        else:
-            defer(self.write_event, event)
+        # Written by the event writer's thread: the fsync of the event file is in no request's way.
+        refs, statuses = [m.memory_ref for m in memories], [m.status for m in memories]
+        self.events.submit([events.recall_event(being_id, tool, refs, statuses)])
 
-    def record_fact_access(self, being_id: str, fact_ids: list[str], defer: Defer | None) -> None:
+    def record_fact_access(self, being_id: str, fact_ids: list[str]) -> None:
         """Facts an answer returned count as accessed: the decay job folds the event into activation."""
-        if not fact_ids:
-            return
-        event = fact_activation.access_event(being_id, fact_ids)
-        if defer is None:
-            self.write_event(event)
-        else:
-            defer(self.write_event, event)
-
-    def write_event(self, event: events.RecallEvent) -> None:
-        try:
-            self.events.append([event])
-        except OSError:
-            # Losing one reinforcement must not cost the agent its memories.
-            log.exception("could not append a recall event to %s", self.settings.events)
+        if fact_ids:
+            self.events.submit([fact_activation.access_event(being_id, fact_ids)])
 
     def _recall(
         self, being_id: str, request: models.RecallRequest | models.ResonanceRequest, k: int, now: datetime
@@ -371,12 +352,10 @@ class RecallService:
         """`hot` or `lance`: where this thread's last recall read its candidates."""
         return getattr(self._served, "source", "lance")
 
-    def recall(
-        self, being_id: str, request: models.RecallRequest, defer: Defer | None = None
-    ) -> models.RecallResponse:
+    def recall(self, being_id: str, request: models.RecallRequest) -> models.RecallResponse:
         memories = self._recall(being_id, request, request.k, utcnow())
         self.echo.record(being_id, request.session, [m.memory_ref for m in memories])
-        self._reinforce(being_id, "recall", memories, defer)
+        self._reinforce(being_id, "recall", memories)
         if request.mode == "fragments":
             # The blur is the point (seed 002): the pieces alone, shuffled, in one tag, and no
             # structured list beside them to read the whole memories from. Nothing found:
@@ -389,9 +368,7 @@ class RecallService:
             being_id=being_id, mode=request.mode, memories=[memory_out(m) for m in memories]
         )
 
-    def resonance(
-        self, being_id: str, request: models.ResonanceRequest, defer: Defer | None = None
-    ) -> models.ResonanceResponse:
+    def resonance(self, being_id: str, request: models.ResonanceRequest) -> models.ResonanceResponse:
         now = request.now or utcnow()
         # A heartbeat or probe turn is no conversation: nothing resonates, nothing is reinforced.
         if is_heartbeat(request.query):
@@ -419,8 +396,8 @@ class RecallService:
         memories = [m for m in chosen if not isinstance(m, resonance.GraphFact)]
         shown_facts = [f for f in chosen if isinstance(f, resonance.GraphFact)]
         self.echo.record(being_id, request.session, [_item_ref(i) for i in chosen])
-        self._reinforce(being_id, "resonance", memories, defer)
-        self.record_fact_access(being_id, [f.fact_id for f in shown_facts], defer)
+        self._reinforce(being_id, "resonance", memories)
+        self.record_fact_access(being_id, [f.fact_id for f in shown_facts])
         items, lines = [], []
         for item in chosen:
             full, relative, day = resonance.label(item.ts, now)
@@ -492,9 +469,7 @@ class RecallService:
                 found.setdefault(fact.fact_id, fact)
         return list(found.values())
 
-    def search(
-        self, being_id: str, request: models.SearchRequest, defer: Defer | None = None
-    ) -> models.SearchResponse:
+    def search(self, being_id: str, request: models.SearchRequest) -> models.SearchResponse:
         query = self.check_query(request.query)
         hidden = len(self.marks.state(being_id).forgotten)
         more = min(hidden, 50)
@@ -503,18 +478,16 @@ class RecallService:
         found = search_memory(table, being_id, query, mode=request.mode, k=request.k + more, fresh=fresh)
         found = _without_published_twins(found)
         memories = self.apply_marks(being_id, found)[: request.k]
-        self._reinforce(being_id, "search_memory", memories, defer)
+        self._reinforce(being_id, "search_memory", memories)
         return models.SearchResponse(
             being_id=being_id, mode=request.mode, memories=[memory_out(m) for m in memories]
         )
 
-    def cluster(
-        self, being_id: str, cluster_id: str, k: int, defer: Defer | None = None
-    ) -> models.ClusterResponse:
+    def cluster(self, being_id: str, cluster_id: str, k: int) -> models.ClusterResponse:
         hidden = len(self.marks.state(being_id).forgotten)
         found = cluster_memories(self._table(), being_id, cluster_id, k=k + hidden)
         memories = self.apply_marks(being_id, found)[:k]
-        self._reinforce(being_id, "recall_memory", memories, defer)
+        self._reinforce(being_id, "recall_memory", memories)
         return models.ClusterResponse(
             being_id=being_id, cluster_id=cluster_id, memories=[memory_out(m) for m in memories]
         )
