@@ -1,10 +1,9 @@
 """One call for several threads: the work of calls that arrive together, done once for all.
 
 Some work costs about the same for several items as for one: an int8 scan of 100,000 codes
-streams the codes once for every query in it (`recall.hot.Int8Scan`), and an append of recall
-events pays one lock, one write and one fsync however many lines it carries
-(`events.EventWriter`). `Together` gives each caller its own answer while the callers that
-arrive during a run wait and go out together in the next one (group commit):
+streams the codes once for every query in it (`recall.hot.Int8Scan`). `Together` gives each
+caller its own answer while the callers that arrive during a run wait and go out together in
+the next one (group commit):
 
 - the first caller runs `run([its item])` at once: alone, nothing waits for company;
 - callers arriving meanwhile queue; when the run ends, the first of them runs the next one for
