@@ -73,10 +73,9 @@ def table(settings, con, embedder):
     return open_memories(settings.lance_path)
 
 
-def ask(table, embedder, query, config):
+def ask(table, embedder, query, config, now=T0 + timedelta(days=10)):
     """Recall from LanceDB, checked against the same recall from the being's hot index."""
     vector = embedder.encode([query])[0]
-    now = T0 + timedelta(days=10)
     found = recall(table, "ada", query, vector, k=6, config=config, now=now)
     rows = primitives.filtered_rows(table, primitives.memory_filter("ada"), None)
     # The same answer from the index, with LanceDB's full text (its own scores by the being's statistics).
@@ -237,6 +236,27 @@ def test_time_named_lifts_the_memories_written_then(table, embedder):
     untimed = ask(table, embedder, "what did we talk about", config)
     off = ask(table, embedder, "what did we talk about", replace(config, time_weight=0.0))
     assert {r: m.score for r, m in untimed.items()} == pytest.approx({r: m.score for r, m in off.items()})
+
+
+def test_a_date_without_its_year_is_the_latest_the_memories_hold(table, embedder):
+    # Asked in November 2027 of memories that end in October 2026, "on October 8" is October 8,
+    # 2026: October 8, 2027 is after every memory, so it could lift none.
+    config = replace(BASE, context_window=0, time_weight=0.5, time_slack_days=0)
+    later = T0 + timedelta(days=400)
+    query = "what did we talk about on October 8"
+    plain = ask(table, embedder, query, replace(config, time_weight=0.0), now=later)
+    timed = ask(table, embedder, query, config, now=later)
+    for ref in ("s2a", "s2b", "s2c"):
+        assert timed[ref].parts["fused"] == pytest.approx(plain[ref].parts["fused"] + 0.5)
+    for ref in ("s1a", "s1b", "s1c"):
+        assert timed[ref].parts["fused"] == pytest.approx(plain[ref].parts["fused"])
+    # A year the query names, and "last October" (from now: October 2027), lift nothing here.
+    for named in ("what did we talk about on October 8, 2027", "what did we talk about last October"):
+        on = ask(table, embedder, named, config, now=later)
+        off = ask(table, embedder, named, replace(config, time_weight=0.0), now=later)
+        assert {r: m.parts["fused"] for r, m in on.items()} == pytest.approx(
+            {r: m.parts["fused"] for r, m in off.items()}
+        )
 
 
 def test_speaker_named_lifts_that_speakers_memories(table, embedder):

@@ -75,3 +75,34 @@ def test_aware_now_is_taken_in_utc():
 def test_widened_by_slack():
     window = named_window("on February 7, 2022", NOW).widened(2)
     assert (window.start, window.end) == (datetime(2022, 2, 5), datetime(2022, 2, 10))
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # the newest memory (June 20, 2023) is before now: the latest occurrence it allows
+        ("what deal did he get in December", ("2022-12-01", "2023-01-01")),
+        ("what happened in June", ("2023-06-01", "2023-07-01")),
+        ("the party on March 3", ("2023-03-03", "2023-03-04")),
+        ("the party on June 21", ("2022-06-21", "2022-06-22")),
+        # what counts from now is unchanged, as is a year the query names
+        ("what did we cook last May", ("2023-05-01", "2023-06-01")),
+        ("what did she find last week", ("2024-01-22", "2024-01-29")),
+        ("the party on March 3 2021", ("2021-03-03", "2021-03-04")),
+    ],
+)
+def test_a_date_without_its_year_is_held_by_the_newest_memory(query, expected):
+    window = named_window(query, NOW, lambda: datetime(2023, 6, 20, 18, 0))
+    assert (window.start.date().isoformat(), window.end.date().isoformat()) == expected
+
+
+def test_the_newest_memory_is_asked_only_for_a_date_without_its_year():
+    def newest():
+        raise AssertionError("asked")
+
+    for query in ("on February 7, 2022", "last week", "in May 2022", "what did Melanie paint", "last May"):
+        named_window(query, NOW, newest)
+    # none yet, or one after now (a clock behind the writer's): from now, as before
+    assert days("in December") == ("2023-12-01", "2024-01-01")
+    assert named_window("in December", NOW, lambda: None).start == datetime(2023, 12, 1)
+    assert named_window("in December", NOW, lambda: datetime(2025, 1, 1)).start == datetime(2023, 12, 1)

@@ -8,6 +8,7 @@ same way, so it does not know which source it talks to.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,12 @@ def _pool_of(found: pa.Table | None, score: str | None = None) -> RowPool | None
     """Rows read from LanceDB (or merged with the fresh tail) as a pool; `score` names their
     retrieval's score column."""
     return RowPool(found, score) if found is not None else None
+
+
+def _newest(ts: np.ndarray) -> datetime | None:
+    """The latest of these times (naive UTC), or None when none is known."""
+    known = ts[~np.isnat(ts)] if len(ts) else ts
+    return known.max().astype("datetime64[us]").item() if len(known) else None
 
 
 def _table(found: Pool | None, columns: list[str]) -> pa.Table | None:
@@ -57,6 +64,12 @@ class LanceRetrieval:
 
     def by_ref(self, refs: list[str]) -> pa.Table:
         return primitives.rows_by_ref(self.table, self.where, refs)
+
+    def newest(self) -> datetime | None:
+        """When the newest memory the request may see was written (None: none has a time).
+
+        A scan of the being's times: asked only for a query naming a date without its year."""
+        return _newest(primitives.filtered_rows(self.table, self.where, None, ["ts"]).column("ts").to_numpy())
 
     def session_documents(self, query: str, pool: Pool, gap_seconds: float) -> np.ndarray:
         """Each candidate's session score (`sessions.document_scores`); 0 here: a session's turns
@@ -125,6 +138,9 @@ class HotRetrieval(LanceRetrieval):
         positions = self.index.positions(refs)
         return self.index.rows_at(positions[self.keep[positions]], COLUMNS)
 
+    def newest(self) -> datetime | None:
+        return _newest(self.index.ts[self.keep])
+
     # The candidates' words come from the index's postings, by their positions there, not from
     # their texts. (In rows from another source (`FreshRetrieval`) each carries its position as a
     # column: looking the refs up in the index's sorted refs instead costs ~0.5 ms for a pool of
@@ -164,6 +180,9 @@ class EmptyRetrieval:
         return None
 
     def by_ref(self, refs: list[str]) -> None:
+        return None
+
+    def newest(self) -> None:
         return None
 
     def session_documents(self, query: str, pool: Pool, gap_seconds: float) -> np.ndarray:
@@ -298,6 +317,10 @@ class FreshRetrieval:
             counted = primitives.frequencies(words, [self.terms[j] for _, j in fresh])
             tf[:, [i for i, _ in fresh]], lengths[[i for i, _ in fresh]] = counted
         return tf, lengths
+
+    def newest(self) -> datetime | None:
+        times = [t for t in (self.published.newest(), _newest(self.ts)) if t is not None]
+        return max(times, default=None)
 
     def by_ref(self, refs: list[str]) -> pa.Table | None:
         published = self.published.by_ref(refs)

@@ -129,7 +129,7 @@ def recall(
     weights = [config.vector_weight, config.text_weight]
     expanded: dict[str, float] = {}  # BM25 of the feedback terms, when pseudo-relevance feedback runs
     now = now or utcnow()
-    window = timeframe.named_window(query, now) if config.time_weight > 0 else None
+    window = timeframe.named_window(query, now, source.newest) if config.time_weight > 0 else None
     if window is not None:
         window = window.widened(config.time_slack_days)
 

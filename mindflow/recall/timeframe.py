@@ -8,6 +8,7 @@ English calendar phrases only; a query naming no time gives None and recall is u
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -76,14 +77,16 @@ class Window:
         return Window(self.start - timedelta(days=days), self.end + timedelta(days=days))
 
 
-def named_window(query: str, now: datetime) -> Window | None:
+def named_window(
+    query: str, now: datetime, latest: Callable[[], datetime | None] | None = None
+) -> Window | None:
     """The span of every time the query names (their union), or None when it names none.
 
     A day or month without a year takes the one year the query names, if it names exactly one,
-    else its latest occurrence not after `now`; "last week", "three days ago" count from `now`.
+    else its latest occurrence not after `now` or the newest memory (`latest()`, asked only
+    then), whichever is earlier; "last May", "last week", "three days ago" count from `now`.
     """
-    if now.tzinfo is not None:
-        now = now.astimezone(UTC).replace(tzinfo=None)
+    now = _naive(now)
     text = query.lower()
     years = {int(y) for y in re.findall(r"\b(?:19|20)\d\d\b", text)}
     the_year = next(iter(years)) if len(years) == 1 else None
@@ -93,7 +96,7 @@ def named_window(query: str, now: datetime) -> Window | None:
         for match in pattern.finditer(text):
             if any(match.start() < end and start < match.end() for start, end in taken):
                 continue  # already part of a longer phrase ("October 6, 2022" holds "2022")
-            span = _span(kind, match, now.date(), the_year, text)
+            span = _span(kind, match, now.date(), the_year, text, lambda: _held(now, latest))
             if span is not None:
                 spans.append(span)
                 taken.append((match.start(), match.end()))
@@ -103,7 +106,17 @@ def named_window(query: str, now: datetime) -> Window | None:
     return Window(datetime.combine(start, datetime.min.time()), datetime.combine(end, datetime.min.time()))
 
 
-def _span(kind: str, match: re.Match, today: date, the_year: int | None, text: str):
+def _naive(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo is not None else moment
+
+
+def _held(now: datetime, latest: Callable[[], datetime | None] | None) -> date:
+    """The last day memories are held for: no memory is written after the newest one."""
+    newest = latest() if latest is not None else None
+    return min(now, _naive(newest)).date() if newest is not None else now.date()
+
+
+def _span(kind: str, match: re.Match, today: date, the_year: int | None, text: str, held: Callable[[], date]):
     groups = match.groupdict()
     if kind == "year":
         year = int(groups["year"])
@@ -142,16 +155,18 @@ def _span(kind: str, match: re.Match, today: date, the_year: int | None, text: s
     if kind == "day":
         day = int(groups["day"])
         if year is None:
-            year = today.year if (month, day) <= (today.month, today.day) else today.year - 1
+            last = held()
+            year = last.year if (month, day) <= (last.month, last.day) else last.year - 1
         try:
             start = date(year, month, day)
         except ValueError:
             return None
         return start, start + timedelta(days=1)
-    if year is None:  # "in May", "last May": the latest May that has begun, the one before for "last"
-        year = today.year if month <= today.month else today.year - 1
-        if groups.get("last") and month == today.month:
-            year -= 1
+    if year is None and groups.get("last"):  # "last May": the May before the latest one that has begun
+        year = today.year if month < today.month else today.year - 1
+    elif year is None:  # "in May": the latest May the memories can hold
+        last = held()
+        year = last.year if month <= last.month else last.year - 1
     start = date(year, month, 1)
     return start, _add_months(start, 1)
 
