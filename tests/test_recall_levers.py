@@ -259,6 +259,31 @@ def test_a_date_without_its_year_is_the_latest_the_memories_hold(table, embedder
         )
 
 
+def test_each_source_knows_its_newest_memory(table):
+    # What a date without its year is held by (`timeframe.named_window`): the newest memory the
+    # request may see, the same from LanceDB and from the hot index, a fresh one included.
+    from mindflow.recall.retrieval import EmptyRetrieval, FreshRetrieval, HotRetrieval, LanceRetrieval
+
+    index = _session_index(table)
+    where = primitives.memory_filter("ada")
+    newest = T0 + timedelta(days=7, seconds=60)  # s2c
+    hot_source = HotRetrieval(table, where, index, index.mask())
+    assert LanceRetrieval(table, where).newest() == hot_source.newest() == newest
+    s2c = [r["memory_ref"] for r in index.rows.to_pylist() if r["ts"] == newest]
+    hidden = index.mask(exclude_refs=s2c)
+    assert HotRetrieval(table, where, index, hidden).newest() == newest - timedelta(seconds=30)  # s2b
+    assert LanceRetrieval(table, primitives.memory_filter("nobody")).newest() is None
+    assert EmptyRetrieval().newest() is None
+    published = primitives.filtered_rows(table, where, None)
+    row = published.to_pylist()[0]
+    for ts, expected in ((T0 + timedelta(days=30), T0 + timedelta(days=30)), (T0, newest)):
+        fresh_rows = pa.Table.from_pylist(
+            [{**row, "memory_ref": "fresh-1", "ts": ts}], schema=published.schema
+        )
+        assert FreshRetrieval(hot_source, fresh_rows, corpus=len(index)).newest() == expected
+        assert FreshRetrieval(EmptyRetrieval(), fresh_rows, corpus=0).newest() == ts
+
+
 def test_speaker_named_lifts_that_speakers_memories(table, embedder):
     config = replace(BASE, context_window=0, speaker_weight=0.5)
     query = "what did Tom say about the budget"
