@@ -552,6 +552,32 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE scene_notes ADD COLUMN IF NOT EXISTS keyphrases VARCHAR[]",
         ],
     ),
+    (
+        17,
+        "history without a primary key",
+        [
+            # Its ids are fresh uuids, so the key checked nothing, but its index on random
+            # strings grew with every change a memory ever had: at 3 million rows ~500 MB of the
+            # file, each checkpoint ~5x slower and a small insert ~17x (bench/bench_decay.py).
+            # DuckDB has no ALTER TABLE DROP CONSTRAINT: the table is copied, in this transaction.
+            """
+            CREATE TABLE history_unkeyed (
+                history_id VARCHAR NOT NULL,
+                ts TIMESTAMP NOT NULL,
+                memory_ref VARCHAR NOT NULL,
+                being_id VARCHAR NOT NULL,
+                operation VARCHAR NOT NULL,
+                before JSON,
+                after JSON,
+                run_id VARCHAR,
+                actor VARCHAR
+            )
+            """,
+            "INSERT INTO history_unkeyed BY NAME SELECT * FROM history ORDER BY rowid",
+            "DROP TABLE history",
+            "ALTER TABLE history_unkeyed RENAME TO history",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
+import duckdb
 import httpx
 import lancedb
 import pyarrow as pa
@@ -519,6 +520,49 @@ def test_a_publish_killed_between_the_drop_and_its_bookkeeping_loses_nothing(set
     assert again.upserted == again.rows == first.rows
     assert again.history.appended == history_rows
     assert lance.open_table(db, memory_history.TABLE).count_rows() == history_rows
+
+
+def test_migration_17_keeps_history_without_its_key(con):
+    # A database of version 16: history keyed by history_id, holding rows in the order written.
+    con.execute("DROP TABLE history")
+    con.execute(
+        "CREATE TABLE history (history_id VARCHAR PRIMARY KEY, ts TIMESTAMP NOT NULL, memory_ref VARCHAR NOT NULL, "
+        "being_id VARCHAR NOT NULL, operation VARCHAR NOT NULL, before JSON, after JSON, run_id VARCHAR, "
+        "actor VARCHAR)"
+    )
+    rows = [
+        (
+            f"h-{i}",
+            datetime(2026, 1, 3),
+            f"n{i % 3}",
+            "ada",
+            "dying",
+            None,
+            '{"decay_status": "fading"}',
+            None,
+            "decay",
+        )
+        for i in (5, 1, 4, 2, 3)
+    ]
+    con.executemany("INSERT INTO history VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    con.execute("DELETE FROM schema_version WHERE version = 17")
+    keyed = "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'history' AND constraint_type = 'PRIMARY KEY'"
+    assert con.execute(keyed).fetchone()[0] == 1
+    assert store.migrate(con) == 1
+    assert con.execute(keyed).fetchone()[0] == 0
+    # Every row kept, in the order written (what memory_history publishes them by), with its types.
+    assert con.execute("SELECT * FROM history ORDER BY rowid").fetchall() == [
+        (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows
+    ]
+    assert con.execute("SELECT after->>'decay_status' FROM history LIMIT 1").fetchone()[0] == "fading"
+    with pytest.raises(duckdb.ConstraintException):  # what a writer must still give
+        con.execute(
+            "INSERT INTO history (history_id, ts, memory_ref, being_id, operation) VALUES ('h-9', now(), 'n1', 'ada', NULL)"
+        )
+    # Migrating again (a run killed after the copy committed) changes nothing.
+    con.execute("DELETE FROM schema_version WHERE version = 17")
+    assert store.migrate(con) == 1
+    assert con.execute("SELECT history_id FROM history ORDER BY rowid").fetchall() == [(r[0],) for r in rows]
 
 
 def test_migration_7_adds_the_actor_and_formed_rows(con):
