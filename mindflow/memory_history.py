@@ -103,9 +103,10 @@ def publish(con: duckdb.DuckDBPyConnection, db, now: datetime) -> HistoryReport:
         lance.ensure_scalar_indexes(table, SCALAR_INDEXES)
         table.optimize()
     # Recorded after LanceDB holds the rows: a failure in between writes them again next time.
+    # `new` holds only ids missing here (and the store's lock keeps it so), so a plain insert.
     with store.registered(con, "history_appended", new.select(["history_id", "being_id", "seq"])):
         con.execute(
-            "INSERT OR REPLACE INTO published_history SELECT history_id, being_id, seq, ?::TIMESTAMP "
+            "INSERT INTO published_history SELECT history_id, being_id, seq, ?::TIMESTAMP "
             "FROM history_appended",
             [now],
         )

@@ -578,6 +578,25 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE history_unkeyed RENAME TO history",
         ],
     ),
+    (
+        18,
+        "published history without a primary key",
+        [
+            # One row per history row published, keyed the same way and grown as fast, for the
+            # same nothing: a publish inserts only ids it has just found missing here.
+            """
+            CREATE TABLE published_history_unkeyed (
+                history_id VARCHAR NOT NULL,
+                being_id VARCHAR NOT NULL,
+                seq BIGINT NOT NULL,
+                published_at TIMESTAMP NOT NULL
+            )
+            """,
+            "INSERT INTO published_history_unkeyed BY NAME SELECT * FROM published_history ORDER BY rowid",
+            "DROP TABLE published_history",
+            "ALTER TABLE published_history_unkeyed RENAME TO published_history",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

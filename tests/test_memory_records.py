@@ -565,6 +565,21 @@ def test_migration_17_keeps_history_without_its_key(con):
     assert con.execute("SELECT history_id FROM history ORDER BY rowid").fetchall() == [(r[0],) for r in rows]
 
 
+def test_migration_18_keeps_published_history_without_its_key(con):
+    con.execute("DROP TABLE published_history")
+    con.execute(
+        "CREATE TABLE published_history (history_id VARCHAR PRIMARY KEY, being_id VARCHAR NOT NULL, "
+        "seq BIGINT NOT NULL, published_at TIMESTAMP NOT NULL)"
+    )
+    rows = [(f"h-{i}", "ada", seq, datetime(2026, 1, 3)) for seq, i in enumerate((5, 1, 4), start=1)]
+    con.executemany("INSERT INTO published_history VALUES (?, ?, ?, ?)", rows)
+    con.execute("DELETE FROM schema_version WHERE version = 18")
+    assert store.migrate(con) == 1
+    keyed = "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'published_history' AND constraint_type = 'PRIMARY KEY'"
+    assert con.execute(keyed).fetchone()[0] == 0
+    assert con.execute("SELECT * FROM published_history ORDER BY rowid").fetchall() == rows
+
+
 def test_migration_7_adds_the_actor_and_formed_rows(con):
     con.execute(
         "INSERT INTO nodes (node_id, being_id, importance, source_episode_ids, created_at, updated_at, cluster_id) "
