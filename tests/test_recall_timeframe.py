@@ -102,6 +102,15 @@ def test_the_newest_memory_is_asked_only_for_a_date_without_its_year():
 
     for query in ("on February 7, 2022", "last week", "in May 2022", "what did Melanie paint", "last May"):
         named_window(query, NOW, newest)
+    # One question for every date the query names without its year.
+    asked = []
+
+    def counted():
+        asked.append(1)
+        return datetime(2023, 9, 20)
+
+    window = named_window("where was he between August 11 and August 15", NOW, counted)
+    assert (window.start, window.end, len(asked)) == (datetime(2023, 8, 11), datetime(2023, 8, 16), 1)
     # none yet, or one after now (a clock behind the writer's): from now, as before
     assert days("in December") == ("2023-12-01", "2024-01-01")
     assert named_window("in December", NOW, lambda: None).start == datetime(2023, 12, 1)

@@ -7,6 +7,7 @@ English calendar phrases only; a query naming no time gives None and recall is u
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,13 +91,16 @@ def named_window(
     text = query.lower()
     years = {int(y) for y in re.findall(r"\b(?:19|20)\d\d\b", text)}
     the_year = next(iter(years)) if len(years) == 1 else None
+    # Asked once for all the dates the query names ("between August 11 and August 15"): from
+    # LanceDB the newest memory is a scan of the being's times.
+    held = functools.cache(lambda: _held(now, latest))
     taken: list[tuple[int, int]] = []
     spans: list[tuple[date, date]] = []
     for kind, pattern in _PATTERNS:
         for match in pattern.finditer(text):
             if any(match.start() < end and start < match.end() for start, end in taken):
                 continue  # already part of a longer phrase ("October 6, 2022" holds "2022")
-            span = _span(kind, match, now.date(), the_year, text, lambda: _held(now, latest))
+            span = _span(kind, match, now.date(), the_year, text, held)
             if span is not None:
                 spans.append(span)
                 taken.append((match.start(), match.end()))
