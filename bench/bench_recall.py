@@ -1,6 +1,7 @@
 """Recall quality on LoCoMo through the real pipeline: hit@1/5/10 of mindflow's recall.
 
-Each conversation of ../shared/datasets/locomo-dev becomes one being (bench/locomo.py),
+Each conversation of ../shared/datasets/locomo-dev (or of `--dataset DIR`: any folder of
+LoCoMo-format `conv-*.json` files) becomes one being (bench/locomo.py),
 runs through ingest, patrol and decay in Dagster, and then every question of
 categories 1-4 is asked; a hit at k when any evidence dia_id is among the
 `source_episode_ids` of the top k memories. Recency is measured in the
@@ -15,6 +16,7 @@ figures say which path they come from.
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import os
@@ -100,9 +102,9 @@ class Score:
         return sum(self.returned.values()) / sum(self.asked.values())
 
 
-def conversations() -> list[Conversation]:
+def conversations(folder: Path = locomo.DATASET) -> list[Conversation]:
     out = []
-    for path in locomo.conversations():
+    for path in locomo.conversations(folder):
         data = json.loads(path.read_text())
         last = max(datetime.fromisoformat(t["ts"].rstrip("Z")) for t in locomo.turns(path))
         questions = [q for q in data["qa"] if q["category"] in CATEGORIES]
@@ -255,10 +257,13 @@ def lever_grids(default) -> tuple[list, dict[str, list]]:
     return knobs, levers
 
 
-def leave_one_out_report(table, convs: list[Conversation], default, scores: dict[str, Score]) -> None:
+def leave_one_out_report(
+    table, convs: list[Conversation], default, scores: dict[str, Score], *, tuning_set: bool = True
+) -> None:
     """Each configuration asked once; every leave-one-out figure is bookkeeping over its hit ranks.
 
     A lever is kept when its leave-one-out hit@10 beats today's defaults and its hit@5 does not fall.
+    `tuning_set`: these are the conversations today's defaults were set on (locomo-dev).
     """
     knobs, levers = lever_grids(default)
     seen: dict = {default: scores["mindflow default (hybrid + context)"]}
@@ -295,10 +300,14 @@ def leave_one_out_report(table, convs: list[Conversation], default, scores: dict
     final = of([default, *(v for name in kept for v in levers[name])])
     results["kept: " + (" + ".join(kept) if kept else "none (the defaults stay)")] = final
 
-    print("\n## leave-one-conversation-out (LOO): settings chosen on four conversations, scored on the fifth")
+    n = len(convs)
     print(
-        "each figure is the mean over the 5 conversations of their own hit@k (the table above pools"
-        " questions); settings chosen by mean hit@10 (tie-break hit@5); in-sample = chosen on all five"
+        f"\n## leave-one-conversation-out (LOO): settings chosen on {n - 1} conversations, scored on the"
+        " one left out"
+    )
+    print(
+        f"each figure is the mean over the {n} conversations of their own hit@k (the table above pools"
+        f" questions); settings chosen by mean hit@10 (tie-break hit@5); in-sample = chosen on all {n}"
     )
     print(f"| {'method':75s} | hit@1  | hit@5  | hit@10 | in-sample@10 | in - LOO |")
     print(f"|{'-' * 77}|--------|--------|--------|--------------|----------|")
@@ -316,8 +325,12 @@ def leave_one_out_report(table, convs: list[Conversation], default, scores: dict
             if final.loo[5] >= TARGET[5] and final.loo[10] >= TARGET[10] and abs(final.gap) < 0.03
             else "NOT met"
         )
-        + " (today's defaults were set on these five conversations before: their row is not out of"
-        " sample; the tuned rows are)"
+        + (
+            " (today's defaults were set on these five conversations before: their row is not out of"
+            " sample; the tuned rows are)"
+            if tuning_set
+            else " (today's defaults were not set on these conversations: every row is out of sample)"
+        )
     )
     tuned = results[TUNED]
 
@@ -327,7 +340,7 @@ def leave_one_out_report(table, convs: list[Conversation], default, scores: dict
     print(
         "knobs chosen per held-out conversation: "
         + "; ".join(f"{held}: {knobs_of(config)}" for held, config in tuned.chosen.items())
-        + f"; on all five: {knobs_of(tuned.in_sample_config)}"
+        + f"; on all {n}: {knobs_of(tuned.in_sample_config)}"
         + (
             " (LOO hit@10 and hit@5 above the defaults' by the rule above)"
             if tuned.loo[10] > today.loo[10] and tuned.loo[5] >= today.loo[5]
@@ -339,7 +352,7 @@ def leave_one_out_report(table, convs: list[Conversation], default, scores: dict
         print(
             f"{name}: chosen per held-out conversation: "
             + "; ".join(f"{held}: {changed(config, default)}" for held, config in result.chosen.items())
-            + f"; on all five: {changed(result.in_sample_config, default)}"
+            + f"; on all {n}: {changed(result.in_sample_config, default)}"
         )
     slowest = max(timing.values(), default=0.0)
     print(
@@ -363,10 +376,48 @@ def row(name: str, values: list[float | None], extra: str = "", width: int = 60)
     return f"| {name:{width}s} | {cells} |{extra}"
 
 
-def main() -> int:
-    if not locomo.DATASET.is_dir():
-        print(f"skipped: {locomo.DATASET} not found")
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        metavar="DIR",
+        help="a folder of LoCoMo-format conversations (conv-*.json) to measure instead of"
+        f" {locomo.DATASET}; at least two, for leave-one-out",
+    )
+    return parser.parse_args(argv)
+
+
+def dataset_error(folder: Path) -> str | None:
+    """Why `folder` cannot be measured, or None: it must hold two or more readable LoCoMo
+    conversations, each with a question of categories 1-4."""
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    paths = locomo.conversations(folder)
+    if len(paths) < 2:
+        return f"{folder} holds {len(paths)} conv-*.json file(s); leave-one-out needs at least two"
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+            turns = locomo.turns(path)
+            questions = [q for q in data["qa"] if q["category"] in CATEGORIES]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return f"{path} is not a LoCoMo conversation ({exc.__class__.__name__}: {exc})"
+        if not turns or not questions:
+            return f"{path} has {len(turns)} turns and {len(questions)} questions of categories 1-4"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    folder = args.dataset or locomo.DATASET
+    if args.dataset is None and not folder.is_dir():
+        print(f"skipped: {folder} not found")
         return 0
+    if error := dataset_error(folder):
+        print(f"bench_recall: {error}", file=sys.stderr)
+        return 2
+    tuning_set = folder.resolve() == locomo.DATASET.resolve()
     started = time.perf_counter()
     home = Path(tempfile.mkdtemp(prefix="mindflow-recall-"))
     os.environ["MINDFLOW_HOME"] = str(home)
@@ -377,13 +428,13 @@ def main() -> int:
     from mindflow.runner import run_job
 
     settings = load_settings()
-    counts = locomo.write_inbox(settings.inbox)
+    counts = locomo.write_inbox(settings.inbox, folder)
     t0 = time.perf_counter()
     # Decay as of today, so the table holds real decay scores (not the 1.0 of a fresh row).
     for job in ("ingest", "patrol", "decay"):
         run_job(settings, job)
     pipeline = time.perf_counter() - t0
-    convs = conversations()
+    convs = conversations(folder)
     embedder = Embedder.for_settings(settings)  # the encoder the pipeline and the server use
     vectors = embedder.encode([q["question"] for c in convs for q in c.questions])  # one batch
     start = 0
@@ -393,8 +444,9 @@ def main() -> int:
     HOT.update(hot_indexes(table, convs))
     n_questions = sum(len(c.questions) for c in convs)
     print(
-        f"LoCoMo: {len(convs)} conversations, {sum(counts.values())} turns, {n_questions} questions"
-        f" (categories 1-4); ingest + patrol + decay through Dagster in {pipeline:.0f} s"
+        f"LoCoMo ({folder}): {len(convs)} conversations, {sum(counts.values())} turns,"
+        f" {n_questions} questions (categories 1-4);"
+        f" ingest + patrol + decay through Dagster in {pipeline:.0f} s"
     )
 
     default = RecallConfig.for_model(settings.embedding_model)
@@ -492,8 +544,9 @@ def main() -> int:
     print(f"|{'-' * 62}|--------|--------|--------|")
     for name, score in scores.items():
         print(row(name, [score.rate(k) for k in KS], f"  {timings[name]:4.0f} s"))
-    for name, (h5, h10) in README_BASELINES.items():
-        print(row(name, [None, h5, h10]))
+    if tuning_set:  # the dataset README's figures are of locomo-dev
+        for name, (h5, h10) in README_BASELINES.items():
+            print(row(name, [None, h5, h10]))
     best = scores["mindflow default (hybrid + context)"]
     print(
         f"target hit@5 >= {TARGET[5]} and hit@10 >= {TARGET[10]}: "
@@ -501,7 +554,7 @@ def main() -> int:
     )
     print(http_note)
 
-    leave_one_out_report(table, convs, default, scores)
+    leave_one_out_report(table, convs, default, scores, tuning_set=tuning_set)
 
     print("\n## per conversation: default | full-text only | vector only")
     print(f"| {'being':16s} | qs  | def@1  | def@5  | def@10 | fts@5  | fts@10 | vec@5  | vec@10 |")
