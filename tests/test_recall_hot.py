@@ -279,17 +279,21 @@ def test_the_int8_scan_returns_the_exact_nearest(embedder):
     assert positions[0] == 7
 
 
-def test_the_server_says_which_path_answered(published):
+@pytest.mark.parametrize("small", [0, 5_000])
+def test_the_server_says_which_path_answered(published, small):
+    """Past `api_hot_index_small` memories (0: every being), a being's first recall after a publish
+    is answered from LanceDB while its index is built; a small being's waits for the index, so
+    even the first answer comes from it."""
     import httpx
 
     from mindflow.api import create_app
     from mindflow.api.server import BackgroundServer
 
-    app = create_app(published)
+    app = create_app(published.model_copy(update={"api_hot_index_small": small}))
     with BackgroundServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
         body = {"query": "which database for the reports?", "k": 3}
         cold = http.post("/v1/beings/ada/recall", json=body)
-        assert cold.status_code == 200 and cold.headers["x-mindflow-recall"] == "lance"
+        assert cold.status_code == 200 and cold.headers["x-mindflow-recall"] == ("hot" if small else "lance")
         assert app.state.service.hot.wait("ada")
         warm = http.post("/v1/beings/ada/recall", json=body)
         assert warm.status_code == 200 and warm.headers["x-mindflow-recall"] == "hot"

@@ -85,7 +85,8 @@ def test_a_lone_recall_is_ranked_by_the_worker_the_others_by_the_rankers(publish
     """A recall that comes while no other runs in the worker (and none came among others just
     before) is ranked there, and the rankers are told of its index; one that comes while another
     runs goes to a ranker. With MINDFLOW_API_LONE_RECALLS_HERE=false every recall goes to a ranker."""
-    settings = published.model_copy(update={"api_lone_recalls_here": lone_here})
+    # The first recall is answered without an index (the being counts as large), as it was built.
+    settings = published.model_copy(update={"api_lone_recalls_here": lone_here, "api_hot_index_small": 0})
     service = RecallService(settings, RecallConfig.for_model("all-MiniLM-L6-v2"))
     recorded = service.rankers = _Recorded()
     try:
@@ -284,11 +285,25 @@ def test_rankers_exit_with_a_killed_server(with_rankers):
         time.sleep(0.1)
 
 
-def test_a_server_killed_while_its_index_is_written_leaves_no_process(with_rankers):
+@pytest.fixture
+def large_with_rankers(published, monkeypatch):
+    """`with_rankers`, with every being counted as large: its index files are written by a process
+    of their own (a small being's by the server itself)."""
+    monkeypatch.setenv("MINDFLOW_API_HOT_INDEX_SMALL", "0")
+    monkeypatch.setenv("MINDFLOW_API_RANKERS", "2")
+    monkeypatch.setenv("MINDFLOW_API_LONE_RECALLS_HERE", "false")
+    server = WithRankers(published, workers=1)
+    try:
+        yield published, server
+    finally:
+        server.close()
+
+
+def test_a_server_killed_while_its_index_is_written_leaves_no_process(large_with_rankers):
     """The process writing a being's index files (started at the first recall of a new version)
     finishes and exits when its server is killed meanwhile; a process pool's worker waited forever
     for its next task, an orphan holding its memory."""
-    _, server = with_rankers
+    _, server = large_with_rankers
     rankers = set(server.rankers())
     assert len(rankers) == 2
     server.recall("ada", QUERIES[0])  # answered from LanceDB; the index is written meanwhile

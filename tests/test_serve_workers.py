@@ -255,6 +255,38 @@ def test_what_a_killed_writer_left_is_ignored_and_rebuilt(published):
         server.close()
 
 
+def test_a_small_being_is_built_here_and_waited_for_a_larger_one_elsewhere_meanwhile(published, monkeypatch):
+    """A being of at most `small` memories has its index files written by this process and its
+    recall waits for them (its first answer comes from the index, not LanceDB); a larger one's
+    are written by a process of their own while its first recall reads LanceDB."""
+    from mindflow import spawned
+
+    table = open_memories(published.lance_path)
+    rows = len(test_recall_hot.ADA)
+    elsewhere = []
+    real = spawned.call
+    monkeypatch.setattr(spawned, "call", lambda fn, *args: elsewhere.append(fn.__name__) or real(fn, *args))
+    small = HotIndexes(published.lance_path, 1_000, HotFiles(published.hot_index), small=rows)
+    try:
+        index = small.get(table, "ada")
+        assert index is not None and len(index) == rows and isinstance(index.vectors, np.memmap)
+        assert elsewhere == []
+    finally:
+        small.close()
+    for folder in (published.hot_index / "ada").iterdir():  # a new server's first build
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+    large = HotIndexes(published.lance_path, 1_000, HotFiles(published.hot_index), small=rows - 1)
+    try:
+        assert large.get(table, "ada") is None
+        assert large.wait("ada")
+        assert len(large.get(table, "ada")) == rows
+        assert elsewhere == ["write_index"]
+    finally:
+        large.close()
+
+
 def test_a_being_over_the_budget_gets_no_files_and_reads_lancedb(published):
     table = open_memories(published.lance_path)
     rows = len(test_recall_hot.ADA)

@@ -57,7 +57,12 @@ class Ranker:
         embedder = Embedder.for_settings(settings)
         embedder.encode_query("warm up")
         self.vectors = QueryVectors(embedder, settings.api_query_cache)
-        self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows, HotFiles(settings.hot_index))
+        self.hot = HotIndexes(
+            settings.lance_path,
+            settings.api_hot_index_rows,
+            HotFiles(settings.hot_index),
+            small=settings.api_hot_index_small,
+        )
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
 
     def rank_batch(self, batch: list[tuple[str, int, str, dict]]) -> Iterator:

@@ -195,7 +195,9 @@ class RecallService:
         # files; a lone one keeps it in its own memory (no 250 MB written per 100,000 memories at
         # every new table version).
         files = HotFiles(settings.hot_index) if settings.api_workers > 1 or settings.api_rankers else None
-        self.hot = HotIndexes(settings.lance_path, settings.api_hot_index_rows, files)
+        self.hot = HotIndexes(
+            settings.lance_path, settings.api_hot_index_rows, files, small=settings.api_hot_index_small
+        )
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
         # Tombstones and pins of every process, applied to each answer (one stat per request).
         self.marks = MarkCache(settings.loop)

@@ -9,8 +9,11 @@ context windows and the rows from them; the full-text search stays in LanceDB.
 An index belongs to one table version. `HotIndexes.get` hands it out only while the table
 is still at that version; after a publish the request is answered from LanceDB as before
 while the index is rebuilt in the background (~3 s per 100,000 memories), so a recall
-never sees stale memories. The indexes are bounded by a number of rows (least recently
-used beings go first; a being larger than the whole budget is always served from LanceDB).
+never sees stale memories. A small being (at most `small` memories) is built in a fraction of
+a second, and its recalls wait for that instead: from LanceDB, whose full text counts every
+being's words, they would rank differently for the first second or so after each publish.
+The indexes are bounded by a number of rows (least recently used beings go first; a being
+larger than the whole budget is always served from LanceDB).
 
 With `files` (the server's), an index is written once under the home and every worker
 process maps it read-only (`mindflow.recall.hot_files`): the workers share one copy, and a
@@ -28,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -413,19 +417,40 @@ def write_index(lance_path, being_id: str, version: int, stamp: int, root: Path,
     return len(arrays.refs)
 
 
-class HotIndexes:
-    """The server's `BeingIndex`es: least recently used first out, at most `max_rows` rows in all."""
+# How long a recall of a small being waits for its index before it reads LanceDB: a bound for a
+# build slowed down by a busy machine, not a figure any build is expected to approach.
+SMALL_WAIT = 2.0
 
-    def __init__(self, lance_path: Path, max_rows: int, files: HotFiles | None = None):
+
+@dataclass
+class _Building:
+    """A build under way: whether the being is small, and set when the build ends."""
+
+    small: bool
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class HotIndexes:
+    """The server's `BeingIndex`es: least recently used first out, at most `max_rows` rows in all.
+
+    A being of at most `small` memories is small: its index is built by this process (0.15-0.3 s
+    for 400-5,000 memories here, and a few MB, where a process of its own takes ~1 s to start),
+    on a builder thread of its own so it never waits behind a large being's build, and a recall
+    waits for it (up to `SMALL_WAIT`) instead of being answered from LanceDB. 0: no being is
+    small."""
+
+    def __init__(self, lance_path: Path, max_rows: int, files: HotFiles | None = None, small: int = 0):
         self.lance_path = lance_path
         self.max_rows = max_rows
         # Where the indexes are written once and mapped by every worker; None: each index
         # lives in this process's memory only.
         self.files = files
+        self.small = small
         self._indexes: OrderedDict[str, BeingIndex] = OrderedDict()
-        self._building: dict[str, threading.Event] = {}
+        self._building: dict[str, _Building] = {}
         self._lock = threading.Lock()
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mindflow-hot-index")
+        self._small_builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mindflow-hot-index-small")
         # being -> the table version at which its index did not fit or could not be built:
         # no rebuild is tried again before the table moves on.
         self._skip: dict[str, int] = {}
@@ -444,23 +469,49 @@ class HotIndexes:
         if version is None:
             version = table.version
         with self._lock:
-            index = self._indexes.get(being_id)
-            if index is not None and index.version == version:
-                self._indexes.move_to_end(being_id)
+            index = self._current(being_id, version)
+            if index is not None or self._skip.get(being_id) == version:
                 return index
-            if self._skip.get(being_id) == version or being_id in self._building:
-                return None
-            self._building[being_id] = threading.Event()
-        self._builder.submit(self._build, being_id, version)
+            building = self._building.get(being_id)
+        if building is None:
+            building = self._start(table, being_id, version)
+        if building.small and building.done.wait(SMALL_WAIT):
+            with self._lock:
+                return self._current(being_id, version)
         return None
+
+    def _current(self, being_id: str, version: int) -> BeingIndex | None:
+        """The being's index at `version`, marked as the most recently used (under the lock)."""
+        index = self._indexes.get(being_id)
+        if index is None or index.version != version:
+            return None
+        self._indexes.move_to_end(being_id)
+        return index
+
+    def _start(self, table, being_id: str, version: int) -> _Building:
+        """Start building the being's index, unless another request has just done so."""
+        small = False
+        if self.small > 0:
+            try:
+                where = primitives.memory_filter(being_id, statuses=primitives.RECALLABLE)
+                small = table.count_rows(where) <= self.small  # ~1 ms, once per table version
+            except Exception:  # noqa: BLE001 - the index is built all the same, and not waited for
+                log.exception("could not count the memories of being %s", being_id)
+        with self._lock:
+            building = self._building.get(being_id)
+            if building is None:
+                building = self._building[being_id] = _Building(small)
+                builder = self._small_builder if small else self._builder
+                builder.submit(self._build, being_id, version, small)
+        return building
 
     def wait(self, being_id: str, timeout: float = 30.0) -> bool:
         """Block until a rebuild of the being's index under way finishes (tests, warm-up)."""
         with self._lock:
-            done = self._building.get(being_id)
-        return True if done is None else done.wait(timeout)
+            building = self._building.get(being_id)
+        return True if building is None else building.done.wait(timeout)
 
-    def _build(self, being_id: str, seen_version: int) -> None:
+    def _build(self, being_id: str, seen_version: int, small: bool = False) -> None:
         try:
             # A connection of its own that never re-reads the version: the rows and the
             # version they are labelled with come from one snapshot.
@@ -472,7 +523,7 @@ class HotIndexes:
                 index = BeingIndex(being_id, version, _recallable(table, being_id), table)
                 rows = len(index)
             else:
-                index, rows = self._mapped(table, being_id, version)
+                index, rows = self._mapped(table, being_id, version, small)
             with self._lock:
                 self._indexes.pop(being_id, None)
                 if rows > self.max_rows:
@@ -496,13 +547,14 @@ class HotIndexes:
                 self._skip[being_id] = seen_version
         finally:
             with self._lock:
-                done = self._building.pop(being_id, None)
-            if done is not None:
-                done.set()
+                building = self._building.pop(being_id, None)
+            if building is not None:
+                building.done.set()
 
-    def _mapped(self, table, being_id: str, version: int) -> tuple[BeingIndex | None, int]:
-        """The index of this version from the shared files, written first if no worker has yet,
-        and its rows (None over the budget: no files are written for it)."""
+    def _mapped(self, table, being_id: str, version: int, small: bool) -> tuple[BeingIndex | None, int]:
+        """The index of this version from the shared files, written first if no worker has yet
+        (by this process for a `small` being), and its rows (None over the budget: no files are
+        written for it)."""
         # A table dropped and created again starts its versions over: the commit's time tells
         # its version 3 from the old table's version 3.
         stamp = next(
@@ -515,12 +567,15 @@ class HotIndexes:
             if arrays is None:
                 # Built in a process of its own: building reads every row and leaves ~0.9 GB
                 # per 100,000 memories in the allocators of the process that did it, which a
-                # worker would then keep; the worker maps the files like the others.
-                from mindflow import spawned
+                # worker would then keep; the worker maps the files like the others. A small
+                # being's leaves a few MB, less than starting that process costs in time.
+                args = (self.lance_path, being_id, version, stamp, self.files.root, self.max_rows)
+                if small:
+                    rows = write_index(*args)
+                else:
+                    from mindflow import spawned
 
-                rows = spawned.call(
-                    write_index, self.lance_path, being_id, version, stamp, self.files.root, self.max_rows
-                )
+                    rows = spawned.call(write_index, *args)
                 if rows > self.max_rows:
                     return None, rows
                 arrays = self.files.open(being_id, version, stamp)
@@ -531,3 +586,4 @@ class HotIndexes:
 
     def close(self) -> None:
         self._builder.shutdown(wait=False, cancel_futures=True)
+        self._small_builder.shutdown(wait=False, cancel_futures=True)
