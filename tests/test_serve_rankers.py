@@ -41,7 +41,10 @@ class WithRankers(Served):
 
 
 @pytest.fixture
-def with_rankers(published, monkeypatch):
+def with_rankers(published, monkeypatch, request):
+    # Settings of a test's own, by indirect parametrisation: {variable: value}.
+    for name, value in getattr(request, "param", {}).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("MINDFLOW_API_RANKERS", "2")
     # What the rankers answer is tested here: every recall goes to them, a lone one too.
     monkeypatch.setenv("MINDFLOW_API_LONE_RECALLS_HERE", "false")
@@ -285,25 +288,14 @@ def test_rankers_exit_with_a_killed_server(with_rankers):
         time.sleep(0.1)
 
 
-@pytest.fixture
-def large_with_rankers(published, monkeypatch):
-    """`with_rankers`, with every being counted as large: its index files are written by a process
-    of their own (a small being's by the server itself)."""
-    monkeypatch.setenv("MINDFLOW_API_HOT_INDEX_SMALL", "0")
-    monkeypatch.setenv("MINDFLOW_API_RANKERS", "2")
-    monkeypatch.setenv("MINDFLOW_API_LONE_RECALLS_HERE", "false")
-    server = WithRankers(published, workers=1)
-    try:
-        yield published, server
-    finally:
-        server.close()
-
-
-def test_a_server_killed_while_its_index_is_written_leaves_no_process(large_with_rankers):
+# Every being counted as large: its index files are written by a process of their own (a small
+# being's by the server itself).
+@pytest.mark.parametrize("with_rankers", [{"MINDFLOW_API_HOT_INDEX_SMALL": "0"}], indirect=True)
+def test_a_server_killed_while_its_index_is_written_leaves_no_process(with_rankers):
     """The process writing a being's index files (started at the first recall of a new version)
     finishes and exits when its server is killed meanwhile; a process pool's worker waited forever
     for its next task, an orphan holding its memory."""
-    _, server = large_with_rankers
+    _, server = with_rankers
     rankers = set(server.rankers())
     assert len(rankers) == 2
     server.recall("ada", QUERIES[0])  # answered from LanceDB; the index is written meanwhile
