@@ -102,14 +102,19 @@ class Score:
         return sum(self.returned.values()) / sum(self.asked.values())
 
 
+def conversation(path: Path) -> Conversation:
+    """One LoCoMo conversation: its being, its questions of categories 1-4, and `now`."""
+    data = json.loads(path.read_text())
+    turns = locomo.turns(path)
+    if not turns:
+        raise ValueError("it has no turns")
+    last = max(datetime.fromisoformat(t["ts"].rstrip("Z")) for t in turns)
+    questions = [q for q in data["qa"] if q["category"] in CATEGORIES]
+    return Conversation(locomo.being_id(path), questions, last + timedelta(days=1))
+
+
 def conversations(folder: Path = locomo.DATASET) -> list[Conversation]:
-    out = []
-    for path in locomo.conversations(folder):
-        data = json.loads(path.read_text())
-        last = max(datetime.fromisoformat(t["ts"].rstrip("Z")) for t in locomo.turns(path))
-        questions = [q for q in data["qa"] if q["category"] in CATEGORIES]
-        out.append(Conversation(locomo.being_id(path), questions, last + timedelta(days=1)))
-    return out
+    return [conversation(path) for path in locomo.conversations(folder)]
 
 
 def _asked(convs: list[Conversation], ask) -> Score:
@@ -398,13 +403,11 @@ def dataset_error(folder: Path) -> str | None:
         return f"{folder} holds {len(paths)} conv-*.json file(s); leave-one-out needs at least two"
     for path in paths:
         try:
-            data = json.loads(path.read_text())
-            turns = locomo.turns(path)
-            questions = [q for q in data["qa"] if q["category"] in CATEGORIES]
+            questions = conversation(path).questions
         except (OSError, ValueError, KeyError, TypeError) as exc:
             return f"{path} is not a LoCoMo conversation ({exc.__class__.__name__}: {exc})"
-        if not turns or not questions:
-            return f"{path} has {len(turns)} turns and {len(questions)} questions of categories 1-4"
+        if not questions:
+            return f"{path} has {len(locomo.turns(path))} turns and 0 questions of categories 1-4"
     return None
 
 

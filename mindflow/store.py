@@ -559,7 +559,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             # Its ids are fresh uuids, so the key checked nothing, but its index on random
             # strings grew with every change a memory ever had: at 3 million rows ~500 MB of the
             # file, each checkpoint ~5x slower and a 3,000-row insert ~17x (measured on such a
-            # table alone; README, bench_decay.py).
+            # table alone, not by bench_decay.py; the README tells both).
             # DuckDB has no ALTER TABLE DROP CONSTRAINT: the table is copied, in this transaction.
             """
             CREATE TABLE history_unkeyed (

@@ -73,6 +73,13 @@ def test_a_folder_that_cannot_be_measured_is_refused_with_its_reason(tmp_path, c
     broken.write_text(json.dumps({"conversation": {"session_1_date_time": "noon, 8 May"}, "qa": []}))
     assert "conv-2.json is not a LoCoMo conversation (ValueError" in bench_recall.dataset_error(tmp_path)
 
+    empty = {"conversation": {"session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": []}, "qa": []}
+    broken.write_text(json.dumps(empty))
+    assert (
+        "conv-2.json is not a LoCoMo conversation (ValueError: it has no turns)"
+        in bench_recall.dataset_error(tmp_path)
+    )
+
     _conversation(tmp_path, "conv-2", categories=(5,))
     assert "conv-2.json has 3 turns and 0 questions of categories 1-4" in bench_recall.dataset_error(tmp_path)
 

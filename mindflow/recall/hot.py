@@ -510,7 +510,7 @@ class HotIndexes:
             building = self._building.get(being_id)
         return True if building is None else building.done.wait(timeout)
 
-    def _build(self, being_id: str, seen_version: int, small: bool = False) -> None:
+    def _build(self, being_id: str, seen_version: int, small: bool) -> None:
         try:
             # A connection of its own that never re-reads the version: the rows and the
             # version they are labelled with come from one snapshot.
