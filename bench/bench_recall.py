@@ -44,6 +44,9 @@ README_BASELINES = {  # ../shared/datasets/README.md, hit@5 / hit@10
     "README: RRF of the two": (0.54, 0.64),
 }
 TARGET = {5: 0.65, 10: 0.75}
+# Extraction runs again while it leaves episodes and makes progress: a run stops asking the
+# model past its budget (MINDFLOW_LLM_RUN_BUDGET_S) and leaves the rest for the next.
+EXTRACTION_ROUNDS = 5
 WORKERS = 4
 FULL_TEXT = "full-text only (default pipeline, vector weight 0)"
 VECTOR = "vector only (default pipeline, text weight 0)"
@@ -155,12 +158,22 @@ def hot_indexes(table, convs: list[Conversation]) -> dict:
 
 
 def ask_in_process(
-    table, convs: list[Conversation], config, *, now_of=lambda c: c.now, hot: bool = True
+    table,
+    convs: list[Conversation],
+    config,
+    *,
+    now_of=lambda c: c.now,
+    hot: bool = True,
+    indexes: dict | None = None,
 ) -> Score:
+    """Every question asked of `table` by in-process recall(), from each being's hot index in
+    `indexes` (by default `HOT`, those of the pipeline's table), or from LanceDB if not `hot`."""
     from mindflow.recall import recall
 
+    indexes = HOT if indexes is None else indexes
+
     def ask(conv, i, q, vector):
-        index = HOT.get(conv.being) if hot else None
+        index = indexes.get(conv.being) if hot else None
         found = recall(
             table, conv.being, q["question"], vector, k=max(KS), config=config, now=now_of(conv), index=index
         )
@@ -381,6 +394,129 @@ def row(name: str, values: list[float | None], extra: str = "", width: int = 60)
     return f"| {name:{width}s} | {cells} |{extra}"
 
 
+def extraction_model(settings) -> str | None:
+    """The extraction model (MINDFLOW_LLM_EXTRACTION, else MINDFLOW_LLM), or None: mechanical."""
+    from mindflow.llm.chain import chain_for
+
+    specs = chain_for(settings, "extraction")
+    return str(specs[0]) if specs else None
+
+
+def unextracted(settings) -> int:
+    """Episodes no model has made a scene of."""
+    from mindflow import store
+
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        return con.execute(f"SELECT count(*) FROM episodes e WHERE {store.WITHOUT_SCENE}").fetchone()[0]
+
+
+def run_pipeline(settings, model: str | None) -> int:
+    """Ingest; with a model, extraction until it leaves no episode or stops making progress (a
+    run stops asking past its budget and leaves the rest for the next); then patrol and decay
+    (as of today, so the table holds real decay scores). Returns the episodes the model left
+    unextracted (0 without one); a job that fails stops the benchmark."""
+    from mindflow.runner import run_job
+
+    def run(job: str) -> None:
+        failed = [summary.run_id for summary in run_job(settings, job) if not summary.success]
+        if failed:
+            raise SystemExit(f"bench_recall: the {job} job failed (Dagster runs {', '.join(failed)})")
+
+    run("ingest")
+    left = 0
+    if model:
+        left = unextracted(settings)
+        for _ in range(EXTRACTION_ROUNDS):
+            run("extraction")
+            before, left = left, unextracted(settings)
+            if left == 0 or left >= before:
+                break
+    run("patrol")
+    run("decay")
+    return left
+
+
+@dataclass
+class KeysReport:
+    """The default over the pipeline's memories published with their keys and with their text alone."""
+
+    memories: int  # the conversations' recallable memories
+    keyed: int  # of them, those whose full-text document holds keys beside the text
+    facts: int  # current facts
+    phrased: int  # scenes the model gave keyphrases
+    with_keys: Score
+    text_alone: Score
+    choice: loo.LeaveOneOut  # "keys" or "text alone", chosen per held-out conversation
+
+
+def keys_report(settings, table, convs: list[Conversation], config, with_keys: Score) -> KeysReport:
+    """Publish the pipeline's memories again with their text alone, from a copy of the DuckDB file
+    into a Lance folder of its own (the home's publish state stays as it is), ask `config` of
+    them, and let leave-one-out choose between the two (text alone listed first: a tie keeps
+    the text alone). `with_keys` is `config` asked of `table`, the home's own publish."""
+    import shutil
+
+    from mindflow import lance, memories, store
+    from mindflow.recall import open_memories, primitives
+
+    folder = settings.duckdb_path.parent / "text-alone"
+    folder.mkdir()
+    copy = folder / settings.duckdb_path.name
+    with store.connect(settings.duckdb_path) as con:
+        con.execute("CHECKPOINT")  # every change in the file itself, none left in its log
+        facts = con.execute("SELECT count(*) FROM facts WHERE invalid_at IS NULL").fetchone()[0]
+        phrased = con.execute("SELECT count(*) FROM scene_notes WHERE len(keyphrases) > 0").fetchone()[0]
+        shutil.copyfile(settings.duckdb_path, copy)
+    with store.connect(copy) as con:
+        memories.publish(con, lance.connect(folder / "lance"), fact_keys=False, keyphrase_keys=False)
+    alone = open_memories(folder / "lance")
+    text_alone = ask_in_process(alone, convs, config, indexes=hot_indexes(alone, convs))
+    columns = ["text", "search_text"]
+    recallable = [primitives.memory_filter(c.being, statuses=primitives.RECALLABLE) for c in convs]
+    documents = [primitives.filtered_rows(table, where, None, columns) for where in recallable]
+    keyed = sum(
+        text != document
+        for rows in documents
+        for text, document in zip(*(rows.column(c).to_pylist() for c in columns), strict=True)
+    )
+    choice = loo.leave_one_out(
+        {
+            "text alone": {c.being: text_alone.ranks_of(c.being) for c in convs},
+            "keys": {c.being: with_keys.ranks_of(c.being) for c in convs},
+        }
+    )
+    memories_count = sum(rows.num_rows for rows in documents)
+    return KeysReport(memories_count, keyed, facts, phrased, with_keys, text_alone, choice)
+
+
+def print_keys(model: str | None, left: int, report: KeysReport | None) -> None:
+    if model is None or report is None:
+        print(
+            "\nfacts and keyphrases as full-text keys: not measured, no extraction model is configured"
+            " (MINDFLOW_LLM or MINDFLOW_LLM_EXTRACTION; README: LLM models). Without one a memory's"
+            " full text is its text alone, so every figure above is of the text alone."
+        )
+        return
+    print(f"\n## facts and keyphrases as full-text keys (extraction model {model})")
+    print(
+        f"{report.keyed} of {report.memories} memories hold keys beside their text"
+        f" ({report.facts} current facts, {report.phrased} scenes with keyphrases;"
+        f" {left} episodes left unextracted)"
+    )
+    print(f"| {'default (pooled)':60s} | hit@1  | hit@5  | hit@10 |")
+    print(f"|{'-' * 62}|--------|--------|--------|")
+    print(row("text and keys (the table above)", [report.with_keys.rate(k) for k in KS]))
+    print(row("the same memories, text alone", [report.text_alone.rate(k) for k in KS]))
+    choice = report.choice
+    print(
+        "leave-one-out, keys or text alone chosen on the other conversations: "
+        + "/".join(f"{choice.loo[k]:.3f}" for k in KS)
+        + "; chosen: "
+        + "; ".join(f"{being}: {chosen}" for being, chosen in choice.chosen.items())
+        + f"; on all: {choice.in_sample_config}"
+    )
+
+
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -428,14 +564,12 @@ def main(argv: list[str] | None = None) -> int:
     from mindflow.config import load_settings
     from mindflow.embeddings import Embedder
     from mindflow.recall import RecallConfig, open_memories
-    from mindflow.runner import run_job
 
     settings = load_settings()
+    model = extraction_model(settings)
     counts = locomo.write_inbox(settings.inbox, folder)
     t0 = time.perf_counter()
-    # Decay as of today, so the table holds real decay scores (not the 1.0 of a fresh row).
-    for job in ("ingest", "patrol", "decay"):
-        run_job(settings, job)
+    left = run_pipeline(settings, model)
     pipeline = time.perf_counter() - t0
     convs = conversations(folder)
     embedder = Embedder.for_settings(settings)  # the encoder the pipeline and the server use
@@ -449,7 +583,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"LoCoMo ({folder}): {len(convs)} conversations, {sum(counts.values())} turns,"
         f" {n_questions} questions (categories 1-4);"
-        f" ingest + patrol + decay through Dagster in {pipeline:.0f} s"
+        f" {'ingest + extraction' if model else 'ingest'} + patrol + decay through Dagster"
+        f" in {pipeline:.0f} s"
+        + (f"; scenes and facts by {model}" if model else "; mechanical scenes (no model)")
     )
 
     default = RecallConfig.for_model(settings.embedding_model)
@@ -563,6 +699,8 @@ def main(argv: list[str] | None = None) -> int:
     print(http_note)
 
     leave_one_out_report(table, convs, default, scores, tuning_set=tuning_set)
+    with_keys = scores["mindflow default (hybrid + context)"]
+    print_keys(model, left, keys_report(settings, table, convs, default, with_keys) if model else None)
 
     print("\n## per conversation: default | full-text only | vector only")
     print(f"| {'being':16s} | qs  | def@1  | def@5  | def@10 | fts@5  | fts@10 | vec@5  | vec@10 |")
