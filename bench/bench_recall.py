@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 
 KS = (1, 5, 10)
 CATEGORIES = (1, 2, 3, 4)  # 5 is adversarial: no evidence to find
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}  # the dataset README's
 README_BASELINES = {  # ../shared/datasets/README.md, hit@5 / hit@10
     "README: BM25": (0.49, 0.58),
     "README: all-MiniLM-L6-v2 cosine": (0.46, 0.57),
@@ -394,6 +395,18 @@ def row(name: str, values: list[float | None], extra: str = "", width: int = 60)
     return f"| {name:{width}s} | {cells} |{extra}"
 
 
+def by_category(score: Score, convs: list[Conversation]) -> dict[int, tuple[int, dict[int, float]]]:
+    """Per question category: (questions asked, hit@k for each k), over every conversation."""
+    ranks: dict[int, list[int | None]] = {}
+    for conv in convs:
+        for index, question in enumerate(conv.questions):
+            ranks.setdefault(question["category"], []).append(score.ranks[conv.being][index])
+    return {
+        category: (len(found), {k: loo.hit_rate(found, k) for k in KS})
+        for category, found in sorted(ranks.items())
+    }
+
+
 def extraction_model(settings) -> str | None:
     """The extraction model (MINDFLOW_LLM_EXTRACTION, else MINDFLOW_LLM), or None: mechanical."""
     from mindflow.llm.chain import chain_for
@@ -715,6 +728,16 @@ def main(argv: list[str] | None = None) -> int:
             vec.rate(10, b),
         ]
         print(f"| {b:16s} | {best.asked[b]:3d} | " + " | ".join(f"{v:6.3f}" for v in cells) + " |")
+
+    print("\n## per question category: default | full-text only | vector only")
+    print(f"| {'category':16s} | qs  | def@1  | def@5  | def@10 | fts@5  | fts@10 | vec@5  | vec@10 |")
+    print(f"|{'-' * 18}|-----|--------|--------|--------|--------|--------|--------|--------|")
+    fts_of, vec_of = by_category(fts, convs), by_category(vec, convs)
+    for category, (asked, rates) in by_category(best, convs).items():
+        cells = [rates[k] for k in KS] + [fts_of[category][1][k] for k in (5, 10)]
+        cells += [vec_of[category][1][k] for k in (5, 10)]
+        name = f"{category} {CATEGORY_NAMES.get(category, '')}"
+        print(f"| {name:16s} | {asked:3d} | " + " | ".join(f"{v:6.3f}" for v in cells) + " |")
 
     print("\n## the similarity floor (default pipeline; a memory passes when it or a context neighbour does)")
     print("returned = mean memories returned at k=10; lost = questions whose evidence leaves the top 10")

@@ -87,3 +87,21 @@ def test_a_folder_that_cannot_be_measured_is_refused_with_its_reason(tmp_path, c
     assert bench_recall.main(["--dataset", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bench_recall: ") and "0 questions of categories 1-4" in err
+
+
+def test_the_hits_are_also_given_per_question_category_over_every_conversation(tmp_path):
+    _conversation(tmp_path, "conv-7")  # categories 1 and 2 (5 is left out)
+    _conversation(tmp_path, "conv-8", categories=(1, 4))
+    convs = bench_recall.conversations(tmp_path)
+    score = bench_recall.Score()
+    found, other = [["D1:1"]], [["D2:1"]]  # the evidence (D1:1) first, or only another turn
+    score.add("locomo-conv-7", 0, {"D1:1"}, found)  # category 1: first
+    score.add("locomo-conv-7", 1, {"D1:1"}, other)  # category 2: not found
+    score.add("locomo-conv-8", 0, {"D1:1"}, other * 6 + found)  # category 1: seventh
+    score.add("locomo-conv-8", 1, {"D1:1"}, other + found)  # category 4: second
+
+    assert bench_recall.by_category(score, convs) == {
+        1: (2, {1: 0.5, 5: 0.5, 10: 1.0}),
+        2: (1, {1: 0.0, 5: 0.0, 10: 0.0}),
+        4: (1, {1: 0.0, 5: 1.0, 10: 1.0}),
+    }
