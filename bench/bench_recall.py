@@ -121,6 +121,14 @@ def conversations(folder: Path = locomo.DATASET) -> list[Conversation]:
     return [conversation(path) for path in locomo.conversations(folder)]
 
 
+def embed_questions(embedder, convs: list[Conversation]) -> None:
+    """Each conversation's question vectors (`Conversation.vectors`), all embedded in one batch."""
+    vectors = embedder.encode([q["question"] for c in convs for q in c.questions])
+    start = 0
+    for conv in convs:
+        conv.vectors, start = vectors[start : start + len(conv.questions)], start + len(conv.questions)
+
+
 def _asked(convs: list[Conversation], ask) -> Score:
     """Ask every question (4 at a time: most of a recall is spent waiting on LanceDB) and score it."""
     jobs = [
@@ -455,8 +463,8 @@ class KeysReport:
 
     memories: int  # the conversations' recallable memories
     keyed: int  # of them, those whose full-text document holds keys beside the text
-    facts: int  # current facts
-    phrased: int  # scenes the model gave keyphrases
+    fact_keyed: int  # memories that have fact keys (mindflow.recall.keys), recallable or not
+    phrase_keyed: int  # memories that have keyphrase keys
     with_keys: Score
     text_alone: Score
     choice: loo.LeaveOneOut  # "keys" or "text alone", chosen per held-out conversation
@@ -470,15 +478,18 @@ def keys_report(settings, table, convs: list[Conversation], config, with_keys: S
     import shutil
 
     from mindflow import lance, memories, store
-    from mindflow.recall import open_memories, primitives
+    from mindflow.recall import keys, open_memories, primitives
 
     folder = settings.duckdb_path.parent / "text-alone"
     folder.mkdir()
     copy = folder / settings.duckdb_path.name
     with store.connect(settings.duckdb_path) as con:
         con.execute("CHECKPOINT")  # every change in the file itself, none left in its log
-        facts = con.execute("SELECT count(*) FROM facts WHERE invalid_at IS NULL").fetchone()[0]
-        phrased = con.execute("SELECT count(*) FROM scene_notes WHERE len(keyphrases) > 0").fetchone()[0]
+        # The memories that have keys of each kind, by the query that publishes them.
+        fact_keyed, phrase_keyed = (
+            con.execute(f"SELECT count(*) FROM ({keys.keys_sql(facts=f, keyphrases=not f)})").fetchone()[0]
+            for f in (True, False)
+        )
         shutil.copyfile(settings.duckdb_path, copy)
     with store.connect(copy) as con:
         memories.publish(con, lance.connect(folder / "lance"), fact_keys=False, keyphrase_keys=False)
@@ -499,11 +510,11 @@ def keys_report(settings, table, convs: list[Conversation], config, with_keys: S
         }
     )
     memories_count = sum(rows.num_rows for rows in documents)
-    return KeysReport(memories_count, keyed, facts, phrased, with_keys, text_alone, choice)
+    return KeysReport(memories_count, keyed, fact_keyed, phrase_keyed, with_keys, text_alone, choice)
 
 
 def print_keys(model: str | None, left: int, report: KeysReport | None) -> None:
-    if model is None or report is None:
+    if report is None:
         print(
             "\nfacts and keyphrases as full-text keys: not measured, no extraction model is configured"
             " (MINDFLOW_LLM or MINDFLOW_LLM_EXTRACTION; README: LLM models). Without one a memory's"
@@ -513,7 +524,7 @@ def print_keys(model: str | None, left: int, report: KeysReport | None) -> None:
     print(f"\n## facts and keyphrases as full-text keys (extraction model {model})")
     print(
         f"{report.keyed} of {report.memories} memories hold keys beside their text"
-        f" ({report.facts} current facts, {report.phrased} scenes with keyphrases;"
+        f" ({report.fact_keyed} with facts, {report.phrase_keyed} with keyphrases;"
         f" {left} episodes left unextracted)"
     )
     print(f"| {'default (pooled)':60s} | hit@1  | hit@5  | hit@10 |")
@@ -586,10 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = time.perf_counter() - t0
     convs = conversations(folder)
     embedder = Embedder.for_settings(settings)  # the encoder the pipeline and the server use
-    vectors = embedder.encode([q["question"] for c in convs for q in c.questions])  # one batch
-    start = 0
-    for conv in convs:
-        conv.vectors, start = vectors[start : start + len(conv.questions)], start + len(conv.questions)
+    embed_questions(embedder, convs)
     table = open_memories(settings.lance_path)
     HOT.update(hot_indexes(table, convs))
     n_questions = sum(len(c.questions) for c in convs)

@@ -281,9 +281,9 @@ class Settings(BaseSettings):
         default=5_000,
         ge=0,
         description="A being with at most this many memories is small: the server builds its hot index "
-        "itself (0.15-0.3 s for 400-5,000 memories) and its recalls wait for it after a publish instead "
-        "of reading LanceDB; a larger one is built by a process of its own in the background. 0: no "
-        "being is small.",
+        "itself (a first recall, the build included, of 144-300 ms for 400-5,000 memories) and its "
+        "recalls wait for it after a publish instead of reading LanceDB; a larger one is built by a "
+        "process of its own in the background. 0: no being is small.",
     )
     api_workers: int = Field(
         default=1,

@@ -12,20 +12,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import bench_recall  # noqa: E402
+from locomo_files import write_conversation  # noqa: E402
 
 
 def _conversation(folder: Path, stem: str, categories=(1, 2, 5)) -> Path:
-    data = {
-        "conversation": {
-            "speaker_a": "Ines",
-            "speaker_b": "Omar",
-            "session_1_date_time": "1:56 pm on 8 May, 2023",
-            "session_1": [
+    sessions = [
+        (
+            "1:56 pm on 8 May, 2023",
+            [
                 {"speaker": "Ines", "dia_id": "D1:1", "text": "I started pottery classes."},
                 {"speaker": "Omar", "dia_id": "D1:2", "text": "Nice, what did you make?"},
             ],
-            "session_2_date_time": "10:00 am on 12 June, 2023",
-            "session_2": [
+        ),
+        (
+            "10:00 am on 12 June, 2023",
+            [
                 {
                     "speaker": "Ines",
                     "dia_id": "D2:1",
@@ -33,15 +34,10 @@ def _conversation(folder: Path, stem: str, categories=(1, 2, 5)) -> Path:
                     "blip_caption": "a photo of a blue bowl",
                 }
             ],
-        },
-        "qa": [
-            {"question": f"Question of category {c}?", "evidence": ["D1:1"], "category": c}
-            for c in categories
-        ],
-    }
-    path = folder / f"{stem}.json"
-    path.write_text(json.dumps(data))
-    return path
+        ),
+    ]
+    qa = [{"question": f"Question of category {c}?", "evidence": ["D1:1"], "category": c} for c in categories]
+    return write_conversation(folder, stem, sessions, qa)
 
 
 def test_a_folder_of_conversations_becomes_one_being_each_with_its_questions(tmp_path):

@@ -433,10 +433,11 @@ class _Building:
 class HotIndexes:
     """The server's `BeingIndex`es: least recently used first out, at most `max_rows` rows in all.
 
-    A being of at most `small` memories is small: its index is built by this process (0.15-0.3 s
-    for 400-5,000 memories here, where a process of its own takes ~1 s to start), on a builder
-    thread of its own so it never waits behind a large being's build, and a recall waits for it
-    (up to `SMALL_WAIT`) instead of being answered from LanceDB. 0: no being is small."""
+    A being of at most `small` memories is small: its index is built by this process (its first
+    recall after a publish, the build included, took 144-300 ms for 400-5,000 memories here,
+    where a process of its own takes ~1 s to start), on a builder thread of its own so it never
+    waits behind a large being's build, and a recall waits for it (up to `SMALL_WAIT`) instead of
+    being answered from LanceDB. 0: no being is small."""
 
     def __init__(self, lance_path: Path, max_rows: int, files: HotFiles | None = None, small: int = 0):
         self.lance_path = lance_path
