@@ -15,6 +15,7 @@ BENCHMARKS = [
     "bench_llm.py",
     "bench_llm_hang.py",
     "bench_forget.py",
+    "bench_fold.py",
 ]
 
 if __name__ == "__main__":

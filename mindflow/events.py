@@ -205,28 +205,104 @@ def _to_line(event: RecallEvent) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def read_events(events_dir: Path, since_day: date | None = None) -> Iterator[RecallEvent]:
-    """Every readable event, day by day; a torn or invalid line is skipped with a warning."""
+@dataclass(frozen=True)
+class EventFile:
+    """One events file as a fold saw it. Appends change its size; a forget's rewrite replaces it
+    (a new inode, fewer bytes)."""
+
+    name: str  # <day>/<host>-<pid>.jsonl
+    inode: int
+    size: int
+    modified_ns: int
+
+
+def event_files(events_dir: Path) -> list[EventFile]:
+    """Every events file, day by day, as it is before a fold reads it: anything appended later
+    changes what the next fold sees, and is read then."""
     if not events_dir.is_dir():
-        return
+        return []
+    found = []
     for folder in sorted(p for p in events_dir.iterdir() if p.is_dir()):
         try:
-            day = date.fromisoformat(folder.name)
+            date.fromisoformat(folder.name)
         except ValueError:
             continue
-        if since_day is not None and day < since_day:
-            continue
         for path in sorted(folder.glob("*.jsonl")):
-            with path.open("rb") as lines:
-                for number, raw in enumerate(lines, 1):
-                    if not raw.strip():
-                        continue
-                    try:
-                        event = _from_line(raw)
-                    except (ValueError, KeyError, TypeError) as exc:
-                        log.warning("skipped unreadable recall event %s:%d (%s)", path, number, exc)
-                        continue
-                    yield event
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # replaced by a forget's rewrite in between: read next time
+                continue
+            found.append(EventFile(f"{folder.name}/{path.name}", stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return found
+
+
+def read_events(
+    events_dir: Path, since_day: date | None = None, files: Sequence[EventFile] | None = None
+) -> Iterator[RecallEvent]:
+    """Every readable event, day by day (or those of `files`); a torn or invalid line is skipped
+    with a warning."""
+    for file in event_files(events_dir) if files is None else files:
+        if since_day is not None and date.fromisoformat(file.name.split("/")[0]) < since_day:
+            continue
+        path = events_dir / file.name
+        try:
+            lines = path.open("rb")
+        except FileNotFoundError:
+            continue
+        with lines:
+            for number, raw in enumerate(lines, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    event = _from_line(raw)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("skipped unreadable recall event %s:%d (%s)", path, number, exc)
+                    continue
+                yield event
+
+
+def unread_files(
+    con: duckdb.DuckDBPyConnection, listed: Sequence[EventFile], fold: str, being_id: str
+) -> list[EventFile]:
+    """Those of `listed` the fold has not read as they are now: new files, and those appended to or
+    rewritten (by a forget) since. Events files only grow, day after day; a fold that read every
+    one would take longer every night (bench/bench_fold.py)."""
+    seen = set(
+        con.execute(
+            "SELECT file, inode, size, modified_ns FROM folded_event_files WHERE fold = ? AND being_id = ?",
+            [fold, being_id],
+        ).fetchall()
+    )
+    return [f for f in listed if (f.name, f.inode, f.size, f.modified_ns) not in seen]
+
+
+def record_files(
+    con: duckdb.DuckDBPyConnection,
+    fold: str,
+    being_id: str,
+    read: Sequence[EventFile],
+    listed: Sequence[EventFile],
+) -> None:
+    """Note the files `read` as the fold saw them, in the caller's transaction: with their events
+    folded, or neither. Rows of files no longer `listed` go."""
+    table = pa.table(
+        {
+            "file": pa.array([f.name for f in read], pa.string()),
+            "inode": pa.array([f.inode for f in read], pa.int64()),
+            "size": pa.array([f.size for f in read], pa.int64()),
+            "modified_ns": pa.array([f.modified_ns for f in read], pa.int64()),
+        }
+    )
+    with store.registered(con, "read_event_files", table):
+        con.execute(
+            "INSERT OR REPLACE INTO folded_event_files "
+            "SELECT ?, ?, file, inode, size, modified_ns FROM read_event_files",
+            [fold, being_id],
+        )
+    con.execute(
+        "DELETE FROM folded_event_files WHERE fold = ? AND being_id = ? AND NOT list_contains(?, file)",
+        [fold, being_id, [f.name for f in listed]],
+    )
 
 
 def _from_line(raw: bytes) -> RecallEvent:
@@ -248,7 +324,9 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
     """Apply every not-yet-folded event of a being to nodes and decay_scores, in one transaction.
 
     `folded_events` records each event id with the changes it made, so a retried
-    patrol that reads the same files again folds nothing twice. Refs that are no
+    patrol that reads the same files again folds nothing twice; `folded_event_files` records
+    which files (as of their inode, size and mtime) the being's folds have read, so each reads only
+    the files new or changed since. Refs that are no
     longer nodes of this being are folded without effect and counted as unknown.
     Other beings' events wait for their own patrol.
 
@@ -258,10 +336,14 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
     reactivated since it died. A recall of a node a ❹ merge absorbed reinforces its
     survivor, which holds its history now.
     """
-    # Fact accesses share the files; the decay job folds them (mindflow.fact_activation).
-    events = [e for e in read_events(events_dir) if e.being_id == being_id and e.tool in REINFORCEMENT]
-    if not events:
+    listed = event_files(events_dir)
+    files = unread_files(con, listed, "recall", being_id)
+    if not files:
         return FoldReport()
+    # Fact accesses share the files; the decay job folds them (mindflow.fact_activation).
+    events = [
+        e for e in read_events(events_dir, files=files) if e.being_id == being_id and e.tool in REINFORCEMENT
+    ]
     # Checked before anything is written: a partial fold would miscount for good.
     bad = [e.event_id for e in events if _invalid(e)]
     if bad:
@@ -281,7 +363,8 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
     with store.registered(con, "recall_events", table):
         con.execute("BEGIN TRANSACTION")
         try:
-            report = _fold(con, being_id, now)
+            report = _fold(con, being_id, now) if events else FoldReport()
+            record_files(con, "recall", being_id, files, listed)
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")

@@ -114,10 +114,14 @@ def access_event(being_id: str, fact_ids: Sequence[str], ts: datetime | None = N
 
 
 def fold_accesses(con: duckdb.DuckDBPyConnection, events_dir: Path, report: ActivationReport) -> None:
-    """Apply every not-yet-folded fact access, once: access_count and last_accessed."""
-    found = [e for e in events.read_events(events_dir) if e.tool == TOOL]
-    if not found:
+    """Apply every not-yet-folded fact access, once: access_count and last_accessed. Only the
+    events files new or changed since the last fold are read (`events.unread_files`); this fold
+    spans every being, so its files are noted under no being ('')."""
+    listed = events.event_files(events_dir)
+    files = events.unread_files(con, listed, TOOL, "")
+    if not files:
         return
+    found = [e for e in events.read_events(events_dir, files=files) if e.tool == TOOL]
     table = pa.table(
         {
             "event_id": pa.array([e.event_id for e in found], pa.string()),
@@ -129,7 +133,9 @@ def fold_accesses(con: duckdb.DuckDBPyConnection, events_dir: Path, report: Acti
     with store.registered(con, "fact_access_events", table):
         con.execute("BEGIN TRANSACTION")
         try:
-            _fold(con, report)
+            if found:
+                _fold(con, report)
+            events.record_files(con, TOOL, "", files, listed)
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")

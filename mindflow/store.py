@@ -598,6 +598,26 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE published_history_unkeyed RENAME TO published_history",
         ],
     ),
+    (
+        19,
+        "events files each fold has read",
+        [
+            # The events files a fold has read, as they were (inode, size, mtime): the next reads
+            # only new and changed ones. `fold` is the events' kind ('recall' for the patrol's fold of
+            # one being, 'fact_access' for decay's of every being, under being_id '').
+            """
+            CREATE TABLE IF NOT EXISTS folded_event_files (
+                fold VARCHAR NOT NULL,
+                being_id VARCHAR NOT NULL,
+                file VARCHAR NOT NULL,
+                inode BIGINT NOT NULL,
+                size BIGINT NOT NULL,
+                modified_ns BIGINT NOT NULL,
+                PRIMARY KEY (fold, being_id, file)
+            )
+            """,
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

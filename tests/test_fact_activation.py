@@ -191,6 +191,13 @@ def test_accesses_through_the_api_raise_activation_and_the_decay_job_folds_them_
         # A second run folds nothing again.
         again = run_activation(con, utcnow(), settings.events)
         assert again.events == 0 and fact(con, "robert%", "city")["access_count"] == 4
+        # Each events file is noted as read, so the next night reads only new ones.
+        assert events.unread_files(con, events.event_files(settings.events), TOOL, "") == []
+        get_facts(client, entity="Bob")
+        assert len(access_events(settings, 4)) == 4
+        assert len(events.unread_files(con, events.event_files(settings.events), TOOL, "")) == 1
+        assert run_activation(con, utcnow(), settings.events).events == 1
+        assert fact(con, "robert%", "city")["access_count"] == 5
 
     # The nightly decay job folds, scores and publishes: the published row says Hot.
     run_job(settings, "decay")
