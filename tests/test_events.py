@@ -512,3 +512,26 @@ def test_the_fold_benchmark_runs_on_the_code_of_today(tmp_path, capsys, monkeypa
     assert "3,650 in 365 daily files" in printed
     assert "first fold of one being (reads every file)" in printed and "(365 events folded)" in printed
     assert "(1 events folded; median of 3 nights)" in printed
+
+
+def test_migration_20_drops_the_key_of_folded_events_and_keeps_its_rows(con):
+    """The anti-join of each fold keeps ids unique; the key's index only grew the file."""
+    con.execute("DROP TABLE folded_events")
+    con.execute(
+        "CREATE TABLE folded_events (event_id VARCHAR PRIMARY KEY, being_id VARCHAR NOT NULL, "
+        "folded_at TIMESTAMP NOT NULL)"
+    )
+    rows = [(f"e-{i}", ADA, datetime(2026, 1, 3)) for i in (5, 1, 4)]
+    con.executemany("INSERT INTO folded_events VALUES (?, ?, ?)", rows)
+    con.execute("DELETE FROM schema_version WHERE version = 20")
+    assert store.migrate(con) == 1
+    keyed = (
+        "SELECT count(*) FROM duckdb_constraints() "
+        "WHERE table_name = 'folded_events' AND constraint_type = 'PRIMARY KEY'"
+    )
+    assert con.execute(keyed).fetchone()[0] == 0
+    assert con.execute("SELECT * FROM folded_events ORDER BY rowid").fetchall() == rows
+    # Migrating again (a run killed after the copy committed) changes nothing.
+    con.execute("DELETE FROM schema_version WHERE version = 20")
+    assert store.migrate(con) == 1
+    assert con.execute("SELECT * FROM folded_events ORDER BY rowid").fetchall() == rows
