@@ -1,7 +1,8 @@
 """Recall quality on LoCoMo through the real pipeline: hit@1/5/10 of mindflow's recall.
 
-Each conversation of ../shared/datasets/locomo-dev (or of `--dataset DIR`: any folder of
-LoCoMo-format `conv-*.json` files) becomes one being (bench/locomo.py),
+Each conversation of ../shared/datasets/locomo-dev (or of `--dataset PATH`: any folder of
+LoCoMo-format `conv-*.json` files, or one JSON file holding a list of them as the data set's
+release does) becomes one being (bench/locomo.py),
 runs through ingest, patrol and decay in Dagster, and then every question of
 categories 1-4 is asked; a hit at k when any evidence dia_id is among the
 `source_episode_ids` of the top k memories. Recency is measured in the
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import os
 import sys
 import tempfile
@@ -106,19 +106,18 @@ class Score:
         return sum(self.returned.values()) / sum(self.asked.values())
 
 
-def conversation(path: Path) -> Conversation:
+def conversation(source: locomo.Source) -> Conversation:
     """One LoCoMo conversation: its being, its questions of categories 1-4, and `now`."""
-    data = json.loads(path.read_text())
-    turns = locomo.turns(path)
+    turns = locomo.turns(source)
     if not turns:
         raise ValueError("it has no turns")
     last = max(datetime.fromisoformat(t["ts"].rstrip("Z")) for t in turns)
-    questions = [q for q in data["qa"] if q["category"] in CATEGORIES]
-    return Conversation(locomo.being_id(path), questions, last + timedelta(days=1))
+    questions = [q for q in source.data()["qa"] if q["category"] in CATEGORIES]
+    return Conversation(locomo.being_id(source), questions, last + timedelta(days=1))
 
 
-def conversations(folder: Path = locomo.DATASET) -> list[Conversation]:
-    return [conversation(path) for path in locomo.conversations(folder)]
+def conversations(location: Path = locomo.DATASET) -> list[Conversation]:
+    return [conversation(source) for source in locomo.conversations(location)]
 
 
 def embed_questions(embedder, convs: list[Conversation]) -> None:
@@ -285,12 +284,19 @@ def lever_grids(default) -> tuple[list, dict[str, list]]:
 
 
 def leave_one_out_report(
-    table, convs: list[Conversation], default, scores: dict[str, Score], *, tuning_set: bool = True
+    table,
+    convs: list[Conversation],
+    default,
+    scores: dict[str, Score],
+    *,
+    tuning_set: bool = True,
+    overlap: list[str] | None = None,
 ) -> None:
     """Each configuration asked once; every leave-one-out figure is bookkeeping over its hit ranks.
 
     A lever is kept when its leave-one-out hit@10 beats today's defaults and its hit@5 does not fall.
-    `tuning_set`: these are the conversations today's defaults were set on (locomo-dev).
+    `tuning_set`: these are the conversations today's defaults were set on (locomo-dev); `overlap`:
+    those of them among other conversations.
     """
     knobs, levers = lever_grids(default)
     seen: dict = {default: scores["mindflow default (hybrid + context)"]}
@@ -356,6 +362,9 @@ def leave_one_out_report(
             " (today's defaults were set on these five conversations before: their row is not out of"
             " sample; the tuned rows are)"
             if tuning_set
+            else f" (today's defaults were set on {', '.join(overlap)} before: rows over them are not out"
+            " of sample)"
+            if overlap
             else " (today's defaults were not set on these conversations: every row is out of sample)"
         )
     )
@@ -546,41 +555,59 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--dataset",
         type=Path,
-        metavar="DIR",
-        help="a folder of LoCoMo-format conversations (conv-*.json) to measure instead of"
-        f" {locomo.DATASET}; at least two, for leave-one-out",
+        metavar="PATH",
+        help="LoCoMo-format conversations to measure instead of"
+        f" {locomo.DATASET}: a folder of conv-*.json files, or one JSON file holding a list of"
+        " them as the data set's release does (data/locomo10.json); at least two, for leave-one-out",
     )
     return parser.parse_args(argv)
 
 
-def dataset_error(folder: Path) -> str | None:
-    """Why `folder` cannot be measured, or None: it must hold two or more readable LoCoMo
-    conversations, each with a question of categories 1-4."""
-    if not folder.is_dir():
-        return f"{folder} is not a folder"
-    paths = locomo.conversations(folder)
-    if len(paths) < 2:
-        return f"{folder} holds {len(paths)} conv-*.json file(s); leave-one-out needs at least two"
-    for path in paths:
+def dataset_error(location: Path) -> str | None:
+    """Why `location` cannot be measured, or None: it must hold two or more readable LoCoMo
+    conversations with distinct names, each with a question of categories 1-4."""
+    if not location.exists():
+        return f"{location} is not a folder or a file"
+    try:
+        sources = locomo.conversations(location)
+    except (OSError, ValueError) as exc:
+        return f"{location} is not a LoCoMo file ({exc.__class__.__name__}: {exc})"
+    if len(sources) < 2:
+        found = "conv-*.json file(s)" if location.is_dir() else "conversation(s)"
+        return f"{location} holds {len(sources)} {found}; leave-one-out needs at least two"
+    names = [s.name.lower() for s in sources]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        return f"{location} names {', '.join(twice)} more than once; each conversation becomes one being"
+    for source in sources:
         try:
-            questions = conversation(path).questions
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            return f"{path} is not a LoCoMo conversation ({exc.__class__.__name__}: {exc})"
+            questions = conversation(source).questions
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            return f"{source} is not a LoCoMo conversation ({exc.__class__.__name__}: {exc})"
         if not questions:
-            return f"{path} has {len(locomo.turns(path))} turns and 0 questions of categories 1-4"
+            return f"{source} has {len(locomo.turns(source))} turns and 0 questions of categories 1-4"
     return None
+
+
+def tuning_overlap(location: Path) -> list[str]:
+    """The conversations of `location` that are also in the tuning set (by name), when it is not
+    the tuning set itself: their figures are not out of sample."""
+    if not locomo.DATASET.is_dir() or location.resolve() == locomo.DATASET.resolve():
+        return []
+    tuned = {s.name.lower() for s in locomo.conversations(locomo.DATASET)}
+    return [s.name for s in locomo.conversations(location) if s.name.lower() in tuned]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
-    folder = args.dataset or locomo.DATASET
-    if args.dataset is None and not folder.is_dir():
-        print(f"skipped: {folder} not found")
+    location = args.dataset or locomo.DATASET
+    if args.dataset is None and not location.is_dir():
+        print(f"skipped: {location} not found")
         return 0
-    if error := dataset_error(folder):
+    if error := dataset_error(location):
         print(f"bench_recall: {error}", file=sys.stderr)
         return 2
-    tuning_set = folder.resolve() == locomo.DATASET.resolve()
+    tuning_set = location.resolve() == locomo.DATASET.resolve()
+    overlap = tuning_overlap(location)
     started = time.perf_counter()
     home = Path(tempfile.mkdtemp(prefix="mindflow-recall-"))
     os.environ["MINDFLOW_HOME"] = str(home)
@@ -591,23 +618,25 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = load_settings()
     model = extraction_model(settings)
-    counts = locomo.write_inbox(settings.inbox, folder)
+    counts = locomo.write_inbox(settings.inbox, location)
     t0 = time.perf_counter()
     left = run_pipeline(settings, model)
     pipeline = time.perf_counter() - t0
-    convs = conversations(folder)
+    convs = conversations(location)
     embedder = Embedder.for_settings(settings)  # the encoder the pipeline and the server use
     embed_questions(embedder, convs)
     table = open_memories(settings.lance_path)
     HOT.update(hot_indexes(table, convs))
     n_questions = sum(len(c.questions) for c in convs)
     print(
-        f"LoCoMo ({folder}): {len(convs)} conversations, {sum(counts.values())} turns,"
+        f"LoCoMo ({location}): {len(convs)} conversations, {sum(counts.values())} turns,"
         f" {n_questions} questions (categories 1-4);"
         f" {'ingest + extraction' if model else 'ingest'} + patrol + decay through Dagster"
         f" in {pipeline:.0f} s"
         + (f"; scenes and facts by {model}" if model else "; mechanical scenes (no model)")
     )
+    if overlap:
+        print(f"note: {', '.join(overlap)} are conversations of the tuning set ({locomo.DATASET.name})")
 
     default = RecallConfig.for_model(settings.embedding_model)
     # mindflow's lifts (the context, the time and the speaker a query names), off in every baseline
@@ -719,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(http_note)
 
-    leave_one_out_report(table, convs, default, scores, tuning_set=tuning_set)
+    leave_one_out_report(table, convs, default, scores, tuning_set=tuning_set, overlap=overlap)
     with_keys = scores["mindflow default (hybrid + context)"]
     print_keys(model, left, keys_report(settings, table, convs, default, with_keys) if model else None)
 

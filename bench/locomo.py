@@ -4,18 +4,50 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 DATASET = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets" / "locomo-dev"
 
 
-def conversations(folder: Path = DATASET) -> list[Path]:
-    return sorted(folder.glob("conv-*.json"))
+@dataclass(frozen=True)
+class Source:
+    """One LoCoMo conversation: a `conv-*.json` file of a folder, or an entry of a JSON list of
+    them, as the data set's release ships them (`data/locomo10.json`)."""
+
+    name: str  # the file's stem, or the entry's sample_id
+    path: Path
+    index: int | None = None  # the entry's place in the list
+
+    def data(self) -> dict:
+        data = json.loads(self.path.read_text())
+        return data if self.index is None else data[self.index]
+
+    def __str__(self) -> str:
+        return str(self.path) if self.index is None else f"{self.path} [{self.name}]"
 
 
-def being_id(path: Path) -> str:
-    return "locomo-" + path.stem.lower()
+def conversations(location: Path = DATASET) -> list[Source]:
+    """The conversations of a folder's `conv-*.json` files, or of one JSON file holding one
+    conversation or a list of them; a file that is not JSON raises ValueError."""
+    if location.is_dir():
+        return [Source(path.stem, path) for path in sorted(location.glob("conv-*.json"))]
+    data = json.loads(location.read_text())
+    if not isinstance(data, list):
+        return [Source(location.stem, location)]
+    return [
+        Source(str(entry["sample_id"]) if _named(entry) else f"{location.stem}-{i + 1}", location, i)
+        for i, entry in enumerate(data)
+    ]
+
+
+def _named(entry) -> bool:
+    return isinstance(entry, dict) and bool(entry.get("sample_id"))
+
+
+def being_id(source: Source) -> str:
+    return "locomo-" + source.name.lower()
 
 
 def _session_time(value: str) -> datetime:
@@ -23,9 +55,9 @@ def _session_time(value: str) -> datetime:
     return datetime.strptime(re.sub(r"\s+", " ", value.strip()), "%I:%M %p on %d %B, %Y")
 
 
-def turns(path: Path) -> list[dict]:
+def turns(source: Source) -> list[dict]:
     """Inbox episodes for one conversation: ts from the session date, id = the turn's dia_id."""
-    data = json.loads(path.read_text())
+    data = source.data()
     data = data.get("conversation", data)
     out = []
     n = 1
@@ -49,13 +81,13 @@ def turns(path: Path) -> list[dict]:
     return out
 
 
-def write_inbox(inbox: Path, folder: Path = DATASET) -> dict[str, int]:
-    """Write every conversation into `inbox/<being>/<conv>.jsonl`; returns turns per being."""
+def write_inbox(inbox: Path, location: Path = DATASET) -> dict[str, int]:
+    """Write every conversation into `inbox/<being>/<name>.jsonl`; returns turns per being."""
     counts = {}
-    for path in conversations(folder):
-        being = being_id(path)
-        rows = turns(path)
-        target = inbox / being / f"{path.stem}.jsonl"
+    for source in conversations(location):
+        being = being_id(source)
+        rows = turns(source)
+        target = inbox / being / f"{source.name}.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("".join(json.dumps(r) + "\n" for r in rows))
         counts[being] = len(rows)

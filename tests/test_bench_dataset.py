@@ -85,6 +85,43 @@ def test_a_folder_that_cannot_be_measured_is_refused_with_its_reason(tmp_path, c
     assert err.startswith("bench_recall: ") and "0 questions of categories 1-4" in err
 
 
+def test_the_releases_one_file_of_conversations_is_read_as_well(tmp_path, monkeypatch, capsys):
+    """LoCoMo ships its conversations as one JSON list (data/locomo10.json), each entry with its
+    sample_id: `--dataset` takes that file as it is, one being per entry."""
+    for stem, categories in (("conv-7", (1, 2)), ("conv-8", (3, 4))):
+        _conversation(tmp_path, stem, categories)
+    entries = [
+        {"sample_id": stem, **json.loads((tmp_path / f"{stem}.json").read_text())}
+        for stem in ("conv-7", "conv-8")
+    ]
+    release = tmp_path / "locomo10.json"
+    release.write_text(json.dumps(entries))
+
+    assert bench_recall.dataset_error(release) is None
+    convs = bench_recall.conversations(release)
+    assert [c.being for c in convs] == ["locomo-conv-7", "locomo-conv-8"]
+    assert [[q["category"] for q in c.questions] for c in convs] == [[1, 2], [3, 4]]
+
+    def seen(cs):
+        return [(c.being, c.questions, c.now) for c in cs]
+
+    assert seen(convs) == seen(bench_recall.conversations(tmp_path))  # as the folder of files gives them
+
+    # Names come from the entries, and must be distinct; an entry that is no conversation is named.
+    release.write_text(json.dumps([entries[0], entries[0]]))
+    assert "names conv-7 more than once" in bench_recall.dataset_error(release)
+    release.write_text(json.dumps([entries[0], ["not", "a", "conversation"]]))
+    assert "locomo10.json [locomo10-2] is not a LoCoMo conversation" in bench_recall.dataset_error(release)
+    release.write_text("[{")
+    assert "locomo10.json is not a LoCoMo file (JSONDecodeError" in bench_recall.dataset_error(release)
+
+    # Conversations the defaults were tuned on are named as such when they come with others.
+    monkeypatch.setattr(bench_recall.locomo, "DATASET", tmp_path)
+    release.write_text(json.dumps([entries[1], {**entries[0], "sample_id": "conv-9"}]))
+    assert bench_recall.tuning_overlap(release) == ["conv-8"]
+    assert bench_recall.tuning_overlap(tmp_path) == []
+
+
 def test_the_hits_are_also_given_per_question_category_over_every_conversation(tmp_path):
     _conversation(tmp_path, "conv-7")  # categories 1 and 2 (5 is left out)
     _conversation(tmp_path, "conv-8", categories=(1, 4))
