@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
@@ -116,8 +117,8 @@ def conversation(source: locomo.Source) -> Conversation:
     return Conversation(locomo.being_id(source), questions, last + timedelta(days=1))
 
 
-def conversations(location: Path = locomo.DATASET) -> list[Conversation]:
-    return [conversation(source) for source in locomo.conversations(location)]
+def conversations(location: Path = locomo.DATASET, leave_out: Collection[str] = ()) -> list[Conversation]:
+    return [conversation(source) for source in locomo.conversations(location, leave_out)]
 
 
 def embed_questions(embedder, convs: list[Conversation]) -> None:
@@ -560,21 +561,29 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         f" {locomo.DATASET}: a folder of conv-*.json files, or one JSON file holding a list of"
         " them as the data set's release does (data/locomo10.json); at least two, for leave-one-out",
     )
+    parser.add_argument(
+        "--held-out",
+        action="store_true",
+        help="leave out the conversations of the tuning set (by name), so that every figure is out of"
+        " sample: for the release's file, which holds them too",
+    )
     return parser.parse_args(argv)
 
 
-def dataset_error(location: Path) -> str | None:
+def dataset_error(location: Path, leave_out: Collection[str] = ()) -> str | None:
     """Why `location` cannot be measured, or None: it must hold two or more readable LoCoMo
-    conversations with distinct names, each with a question of categories 1-4."""
+    conversations (but those of `leave_out`) with distinct names, each with a question of
+    categories 1-4."""
     if not location.exists():
         return f"{location} is not a folder or a file"
     try:
-        sources = locomo.conversations(location)
+        sources = locomo.conversations(location, leave_out)
     except (OSError, ValueError) as exc:
         return f"{location} is not a LoCoMo file ({exc.__class__.__name__}: {exc})"
     if len(sources) < 2:
         found = "conv-*.json file(s)" if location.is_dir() else "conversation(s)"
-        return f"{location} holds {len(sources)} {found}; leave-one-out needs at least two"
+        but = " outside the tuning set" if leave_out else ""
+        return f"{location} holds {len(sources)} {found}{but}; leave-one-out needs at least two"
     names = [s.name.lower() for s in sources]
     if twice := sorted({n for n in names if names.count(n) > 1}):
         return f"{location} names {', '.join(twice)} more than once; each conversation becomes one being"
@@ -603,11 +612,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.dataset is None and not location.is_dir():
         print(f"skipped: {location} not found")
         return 0
-    if error := dataset_error(location):
+    tuning_set = location.resolve() == locomo.DATASET.resolve()
+    if args.held_out and tuning_set:
+        print(f"bench_recall: {location} is the tuning set; --held-out would leave nothing", file=sys.stderr)
+        return 2
+    # Read once the dataset is known readable; what --held-out leaves out, or else names.
+    overlap = tuning_overlap(location) if dataset_error(location) is None else []
+    leave_out, overlap = (overlap, []) if args.held_out else ([], overlap)
+    if error := dataset_error(location, leave_out):
         print(f"bench_recall: {error}", file=sys.stderr)
         return 2
-    tuning_set = location.resolve() == locomo.DATASET.resolve()
-    overlap = tuning_overlap(location)
     started = time.perf_counter()
     home = Path(tempfile.mkdtemp(prefix="mindflow-recall-"))
     os.environ["MINDFLOW_HOME"] = str(home)
@@ -618,11 +632,11 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = load_settings()
     model = extraction_model(settings)
-    counts = locomo.write_inbox(settings.inbox, location)
+    counts = locomo.write_inbox(settings.inbox, location, leave_out)
     t0 = time.perf_counter()
     left = run_pipeline(settings, model)
     pipeline = time.perf_counter() - t0
-    convs = conversations(location)
+    convs = conversations(location, leave_out)
     embedder = Embedder.for_settings(settings)  # the encoder the pipeline and the server use
     embed_questions(embedder, convs)
     table = open_memories(settings.lance_path)
@@ -635,8 +649,13 @@ def main(argv: list[str] | None = None) -> int:
         f" in {pipeline:.0f} s"
         + (f"; scenes and facts by {model}" if model else "; mechanical scenes (no model)")
     )
-    if overlap:
-        print(f"note: {', '.join(overlap)} are conversations of the tuning set ({locomo.DATASET.name})")
+    if leave_out:
+        print(f"left out (--held-out): {', '.join(leave_out)}, conversations of the tuning set")
+    elif overlap:
+        print(
+            f"note: {', '.join(overlap)} are conversations of the tuning set ({locomo.DATASET.name});"
+            " --held-out leaves them out"
+        )
 
     default = RecallConfig.for_model(settings.embedding_model)
     # mindflow's lifts (the context, the time and the speaker a query names), off in every baseline

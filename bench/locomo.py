@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -28,18 +29,24 @@ class Source:
         return str(self.path) if self.index is None else f"{self.path} [{self.name}]"
 
 
-def conversations(location: Path = DATASET) -> list[Source]:
+def conversations(location: Path = DATASET, leave_out: Collection[str] = ()) -> list[Source]:
     """The conversations of a folder's `conv-*.json` files, or of one JSON file holding one
-    conversation or a list of them; a file that is not JSON raises ValueError."""
+    conversation or a list of them, but those named in `leave_out`; a file that is not JSON
+    raises ValueError."""
     if location.is_dir():
-        return [Source(path.stem, path) for path in sorted(location.glob("conv-*.json"))]
-    data = json.loads(location.read_text())
-    if not isinstance(data, list):
-        return [Source(location.stem, location)]
-    return [
-        Source(str(entry["sample_id"]) if _named(entry) else f"{location.stem}-{i + 1}", location, i)
-        for i, entry in enumerate(data)
-    ]
+        found = [Source(path.stem, path) for path in sorted(location.glob("conv-*.json"))]
+    else:
+        data = json.loads(location.read_text())
+        found = (
+            [
+                Source(str(entry["sample_id"]) if _named(entry) else f"{location.stem}-{i + 1}", location, i)
+                for i, entry in enumerate(data)
+            ]
+            if isinstance(data, list)
+            else [Source(location.stem, location)]
+        )
+    left_out = {name.lower() for name in leave_out}
+    return [source for source in found if source.name.lower() not in left_out]
 
 
 def _named(entry) -> bool:
@@ -81,10 +88,10 @@ def turns(source: Source) -> list[dict]:
     return out
 
 
-def write_inbox(inbox: Path, location: Path = DATASET) -> dict[str, int]:
+def write_inbox(inbox: Path, location: Path = DATASET, leave_out: Collection[str] = ()) -> dict[str, int]:
     """Write every conversation into `inbox/<being>/<name>.jsonl`; returns turns per being."""
     counts = {}
-    for source in conversations(location):
+    for source in conversations(location, leave_out):
         being = being_id(source)
         rows = turns(source)
         target = inbox / being / f"{source.name}.jsonl"

@@ -120,6 +120,12 @@ def test_the_releases_one_file_of_conversations_is_read_as_well(tmp_path, monkey
     release.write_text(json.dumps([entries[1], {**entries[0], "sample_id": "conv-9"}]))
     assert bench_recall.tuning_overlap(release) == ["conv-8"]
     assert bench_recall.tuning_overlap(tmp_path) == []
+    # --held-out leaves them out: here one conversation is left, too few, and nothing runs.
+    assert [c.being for c in bench_recall.conversations(release, ["CONV-8"])] == ["locomo-conv-9"]
+    assert bench_recall.main(["--dataset", str(release), "--held-out"]) == 2
+    assert "holds 1 conversation(s) outside the tuning set" in capsys.readouterr().err
+    assert bench_recall.main(["--dataset", str(tmp_path), "--held-out"]) == 2
+    assert "is the tuning set; --held-out would leave nothing" in capsys.readouterr().err
 
 
 def test_the_hits_are_also_given_per_question_category_over_every_conversation(tmp_path):
