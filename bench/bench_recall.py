@@ -2,7 +2,7 @@
 
 Each conversation of ../shared/datasets/locomo-dev (or of `--dataset PATH`: any folder of
 LoCoMo-format `conv-*.json` files, or one JSON file holding a list of them as the data set's
-release does) becomes one being (bench/locomo.py),
+release does; `--held-out` leaves out those of the tuning set) becomes one being (bench/locomo.py),
 runs through ingest, patrol and decay in Dagster, and then every question of
 categories 1-4 is asked; a hit at k when any evidence dia_id is among the
 `source_episode_ids` of the top k memories. Recency is measured in the
