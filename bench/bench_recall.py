@@ -616,8 +616,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.held_out and tuning_set:
         print(f"bench_recall: {location} is the tuning set; --held-out would leave nothing", file=sys.stderr)
         return 2
-    # Read once the dataset is known readable; what --held-out leaves out, or else names.
-    overlap = tuning_overlap(location) if dataset_error(location) is None else []
+    try:  # what --held-out leaves out, or else names
+        overlap = tuning_overlap(location)
+    except (OSError, ValueError):  # unreadable: dataset_error says why
+        overlap = []
     leave_out, overlap = (overlap, []) if args.held_out else ([], overlap)
     if error := dataset_error(location, leave_out):
         print(f"bench_recall: {error}", file=sys.stderr)

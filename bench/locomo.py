@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -20,10 +20,11 @@ class Source:
     name: str  # the file's stem, or the entry's sample_id
     path: Path
     index: int | None = None  # the entry's place in the list
+    # The entry, parsed once with its list (a file is read when asked: a broken one is named then).
+    entry: object = field(default=None, compare=False, repr=False)
 
     def data(self) -> dict:
-        data = json.loads(self.path.read_text())
-        return data if self.index is None else data[self.index]
+        return json.loads(self.path.read_text()) if self.index is None else self.entry
 
     def __str__(self) -> str:
         return str(self.path) if self.index is None else f"{self.path} [{self.name}]"
@@ -37,20 +38,18 @@ def conversations(location: Path = DATASET, leave_out: Collection[str] = ()) -> 
         found = [Source(path.stem, path) for path in sorted(location.glob("conv-*.json"))]
     else:
         data = json.loads(location.read_text())
-        found = (
-            [
-                Source(str(entry["sample_id"]) if _named(entry) else f"{location.stem}-{i + 1}", location, i)
-                for i, entry in enumerate(data)
-            ]
-            if isinstance(data, list)
-            else [Source(location.stem, location)]
-        )
+        if isinstance(data, list):
+            found = [Source(_name(e, f"{location.stem}-{i + 1}"), location, i, e) for i, e in enumerate(data)]
+        else:
+            found = [Source(location.stem, location)]
     left_out = {name.lower() for name in leave_out}
     return [source for source in found if source.name.lower() not in left_out]
 
 
-def _named(entry) -> bool:
-    return isinstance(entry, dict) and bool(entry.get("sample_id"))
+def _name(entry, otherwise: str) -> str:
+    """A list entry's sample_id, or `otherwise`."""
+    named = isinstance(entry, dict) and entry.get("sample_id")
+    return str(named) if named else otherwise
 
 
 def being_id(source: Source) -> str:
