@@ -123,17 +123,27 @@ def update_statuses(
     con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams, run_id: str | None = None
 ) -> None:
     """The statuses that follow from the scores, writing only those that change (each with a
-    `decay_status` history row, dated `as_of`)."""
+    `decay_status` history row, dated `as_of`).
+
+    The history rows and the statuses commit together: apart, a run that failed between them
+    (killed, or the UPDATE in conflict with another writer) left history rows of changes never
+    made, and its retry wrote every one of them a second time."""
     status = status_sql(params, "score")
     changing = f"created_at <= $as_of AND forgotten_at IS NULL AND status <> {status}"
-    con.execute(
-        "INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor) "
-        "SELECT 'h-' || uuid()::VARCHAR, $as_of, memory_ref, being_id, 'decay_status', "
-        f"to_json({{'decay_status': status}}), to_json({{'decay_status': {status}}}), $run_id, 'decay' "
-        f"FROM decay_scores WHERE {changing}",
-        {"as_of": as_of, "run_id": run_id},
-    )
-    con.execute(f"UPDATE decay_scores SET status = {status} WHERE {changing}", {"as_of": as_of}).fetchall()
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            "INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, "
+            "actor) SELECT 'h-' || uuid()::VARCHAR, $as_of, memory_ref, being_id, 'decay_status', "
+            f"to_json({{'decay_status': status}}), to_json({{'decay_status': {status}}}), $run_id, 'decay' "
+            f"FROM decay_scores WHERE {changing}",
+            {"as_of": as_of, "run_id": run_id},
+        )
+        con.execute(f"UPDATE decay_scores SET status = {status} WHERE {changing}", {"as_of": as_of})
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
 
 
 def compute_scores(con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams | None = None) -> int:

@@ -360,14 +360,37 @@ def step_dying(
     con: duckdb.DuckDBPyConnection, being_id: str, params: PatrolParams, now: datetime
 ) -> StepReport:
     """❸ Active, unpinned nodes whose importance * exp(-sessions/30) <= 0.05 are dying."""
-    rows = con.execute(
-        f"UPDATE nodes SET status = 'dying', updated_at = ? "
-        f"WHERE being_id = ? AND status = 'active' AND NOT pinned "
-        f"AND {_value_sql(params)} <= ? RETURNING node_id",
+    dying = f"being_id = ? AND status = 'active' AND NOT pinned AND {_value_sql(params)} <= ?"
+    count = _status_change(
+        con,
+        f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, being_id, "
+        f"'dying', to_json({{'status': status}}), to_json({{'status': 'dying'}}), NULL, 'patrol' "
+        f"FROM nodes WHERE {dying}",
+        f"UPDATE nodes SET status = 'dying', updated_at = ? WHERE {dying}",
         [now, being_id, params.dying_value],
-    ).fetchall()
-    _history(con, being_id, [r[0] for r in rows], "dying", now, before="active")
-    return StepReport("❸ dying", {"dying": len(rows)})
+    )
+    return StepReport("❸ dying", {"dying": count})
+
+
+def _status_change(con: duckdb.DuckDBPyConnection, history: str, update: str, parameters: list) -> int:
+    """A patrol status change in one transaction: its history rows first (while the nodes still
+    have the status they leave), then the UPDATE, both bound to `parameters`. Returns the nodes
+    changed. Apart, a patrol that failed between the two (killed, or its UPDATE in conflict with
+    another writer) left history rows of changes never made, which the next patrol wrote again,
+    or changes with no history row, which the next never wrote.
+
+    The UPDATE has no RETURNING: on DuckDB 2.0.1 an UPDATE ... RETURNING of a row another
+    transaction had changed and not yet committed went through instead of failing on the
+    conflict (without RETURNING it fails)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        (count,) = con.execute(history, parameters).fetchone()
+        con.execute(update, parameters)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return int(count)
 
 
 def step_revive(
@@ -389,19 +412,15 @@ def step_revive(
         f"(status = 'dying' AND ({value} OR pinned)) OR (status = 'dead' AND (pinned OR ("
         f"reactivation_count > coalesce(died_reactivations, reactivation_count) AND {value}))))"
     )
-    # Written first, while the nodes still have the status they come back from.
-    con.execute(
+    count = _status_change(
+        con,
         f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, being_id, "
         "'revived', to_json({'status': status}), to_json({'status': 'active'}), NULL, 'patrol' "
         f"FROM nodes WHERE {revivable}",
+        f"UPDATE nodes SET status = 'active', died_reactivations = NULL, updated_at = ? WHERE {revivable}",
         [now, being_id, params.dying_value, params.dying_value],
     )
-    rows = con.execute(
-        f"UPDATE nodes SET status = 'active', died_reactivations = NULL, updated_at = ? "
-        f"WHERE {revivable} RETURNING node_id",
-        [now, being_id, params.dying_value, params.dying_value],
-    ).fetchall()
-    return StepReport("❺ revival", {"revived": len(rows)})
+    return StepReport("❺ revival", {"revived": count})
 
 
 def step_merge_small_clusters(

@@ -11,6 +11,7 @@ import json
 import math
 from datetime import date, datetime, timedelta
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -485,6 +486,44 @@ def test_run_decay_moves_statuses_and_reports_net_changes(con, settings, embedde
     assert later.changes == {"active": -1, "fading": 1, "dormant": 0, "archived": 0}
     for report in (first, second, again, later):
         assert sum(report.changes.values()) == 0
+
+
+def decay_history(con) -> list[tuple[str, str, str]]:
+    return con.execute(
+        "SELECT memory_ref, before ->> 'decay_status', after ->> 'decay_status' FROM history "
+        "WHERE operation = 'decay_status' ORDER BY memory_ref, ts"
+    ).fetchall()
+
+
+def test_a_failed_status_update_leaves_no_history_and_its_retry_writes_each_change_once(con):
+    day0 = datetime(2026, 2, 1)
+    add_row(con, "strong", base=1.0, weight=WEIGHT["procedural"], last=day0)  # active, then fading
+    add_row(con, "weak", base=0.1, weight=WEIGHT["procedural"], last=day0)  # dormant, then archived
+    run_decay(con, day0)
+    before = decay_history(con)
+    assert before == [("weak", "active", "dormant")]
+
+    # Another writer holds an uncommitted change of 'weak''s status (DuckDB versions updates by
+    # column): the status UPDATE of a run meets a write-write conflict after its history rows
+    # were written, as a kill between the two statements would.
+    other = con.cursor()
+    other.execute("BEGIN TRANSACTION")
+    other.execute("UPDATE decay_scores SET status = 'archived' WHERE memory_ref = 'weak'")
+    later = day0 + timedelta(days=30)
+    with pytest.raises(duckdb.TransactionException):
+        run_decay(con, later)
+    other.execute("ROLLBACK")
+    other.close()
+    assert decay_history(con) == before
+    assert statuses(con) == {"strong": "active", "weak": "dormant"}
+
+    run_decay(con, later)
+    assert statuses(con) == {"strong": "fading", "weak": "archived"}
+    assert decay_history(con) == [
+        ("strong", "active", "fading"),
+        ("weak", "active", "dormant"),
+        ("weak", "dormant", "archived"),
+    ]
 
 
 # --------------------------------------------------------------------------- vectorised

@@ -11,6 +11,7 @@ import json
 import math
 from datetime import date, datetime, timedelta
 
+import duckdb
 import numpy as np
 import pytest
 
@@ -538,6 +539,44 @@ def test_revive_dead_nodes_only_when_reactivated_since_death(con, embedder):
         "SELECT memory_ref FROM history WHERE operation = 'revived' AND after->>'status' = 'active'"
     ).fetchall()
     assert sorted(r[0] for r in revived) == sorted([ids["dead a"], ids["dead d"], ids["dying g"]])
+
+
+def _transitions(con, operation: str) -> list[tuple[str, str, str]]:
+    return con.execute(
+        "SELECT memory_ref, before->>'status', after->>'status' FROM history WHERE operation = ? ORDER BY 1",
+        [operation],
+    ).fetchall()
+
+
+def test_a_failed_status_step_leaves_no_history_and_its_retry_writes_each_change_once(con, embedder):
+    ids = make_nodes(con, embedder, ADA, ["fading x", "fading y", "back z"])
+    set_node(con, ids["fading x"], importance=0.01, session_count=0)
+    set_node(con, ids["fading y"], importance=0.01, session_count=0)
+    set_node(con, ids["back z"], status="dying", importance=0.5, session_count=0)
+    # Another writer holds an uncommitted change of each step's node status (DuckDB versions
+    # updates by column): each step's UPDATE meets a write-write conflict, ❺'s after its
+    # history rows were written, as a kill between its two statements would.
+    for step, node_id in ((step_dying, ids["fading y"]), (step_revive, ids["back z"])):
+        other = con.cursor()
+        other.execute("BEGIN TRANSACTION")
+        other.execute("UPDATE nodes SET status = 'dead' WHERE node_id = ?", [node_id])
+        with pytest.raises(duckdb.TransactionException):
+            step(con, ADA, PARAMS, NOW)
+        other.execute("ROLLBACK")
+        other.close()
+    assert _transitions(con, "dying") == _transitions(con, "revived") == []
+    assert [node(con, ids[t])["status"] for t in ("fading x", "fading y", "back z")] == [
+        "active",
+        "active",
+        "dying",
+    ]
+
+    assert step_dying(con, ADA, PARAMS, NOW).counts == {"dying": 2}
+    assert step_revive(con, ADA, PARAMS, NOW).counts == {"revived": 1}
+    assert _transitions(con, "dying") == sorted(
+        [(ids["fading x"], "active", "dying"), (ids["fading y"], "active", "dying")]
+    )
+    assert _transitions(con, "revived") == [(ids["back z"], "dying", "active")]
 
 
 # --------------------------------------------------------------------------- ❼
