@@ -384,7 +384,7 @@ def _status_change(con: duckdb.DuckDBPyConnection, history: str, update: str, pa
     conflict (without RETURNING it fails)."""
     con.execute("BEGIN TRANSACTION")
     try:
-        (count,) = con.execute(history, parameters).fetchone()
+        ((count,),) = con.execute(history, parameters).fetchall()
         con.execute(update, parameters)
         con.execute("COMMIT")
     except Exception:
@@ -464,13 +464,21 @@ def step_merge_small_clusters(
                 best = int(np.argmax(sims))
                 if sims[best] > params.sibling_threshold:
                     target = siblings[best][0]
-        _moved(con, "cluster_id = ?", [cluster_id], target, now)
-        moved = con.execute(
-            "UPDATE nodes SET cluster_id = ?, updated_at = ? WHERE cluster_id = ? RETURNING node_id",
-            [target, now, cluster_id],
-        ).fetchall()
-        moved_nodes += len(moved)
-        con.execute("DELETE FROM clusters WHERE cluster_id = ?", [cluster_id])
+        # The moves, their history rows and the emptied cluster's removal commit together (see
+        # _status_change: a patrol failing between them left moves never made in the history).
+        con.execute("BEGIN TRANSACTION")
+        try:
+            moved = _moved(con, "cluster_id = ?", [cluster_id], target, now)
+            con.execute(
+                "UPDATE nodes SET cluster_id = ?, updated_at = ? WHERE cluster_id = ?",
+                [target, now, cluster_id],
+            )
+            con.execute("DELETE FROM clusters WHERE cluster_id = ?", [cluster_id])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        moved_nodes += moved
         if vector is None and not moved:
             deleted += 1
         elif target == parent_id:
@@ -490,14 +498,16 @@ def step_merge_small_clusters(
     )
 
 
-def _moved(con: duckdb.DuckDBPyConnection, where: str, params: list, target: str, now: datetime) -> None:
-    """A `moved` history row for each node `where` selects that changes cluster (before the move)."""
-    con.execute(
+def _moved(con: duckdb.DuckDBPyConnection, where: str, params: list, target: str, now: datetime) -> int:
+    """A `moved` history row for each node `where` selects that changes cluster (before the move);
+    returns how many."""
+    (count,) = con.execute(
         f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, being_id, "
         "'moved', to_json({'cluster_id': cluster_id}), to_json({'cluster_id': ?::VARCHAR}), NULL, 'patrol' "
         f"FROM nodes WHERE {where} AND cluster_id IS DISTINCT FROM ?",
         [now, target, *params, target],
-    )
+    ).fetchall()[0]
+    return int(count)
 
 
 # Every history row names its columns: `actor` came after the others (migration 7).

@@ -582,6 +582,31 @@ def test_a_failed_status_step_leaves_no_history_and_its_retry_writes_each_change
 # --------------------------------------------------------------------------- ❼
 
 
+def test_a_failed_small_cluster_merge_leaves_no_history_and_its_retry_moves_each_node_once(con, embedder):
+    ids = make_nodes(con, embedder, ADA, BAKING)
+    business = root_cluster_id(ADA, "Business")
+    add_subcluster(con, ADA, "c-small", "Business")
+    for t in BAKING:
+        set_node(con, ids[t], cluster_id="c-small")
+    moves = "SELECT memory_ref, after->>'cluster_id' FROM history WHERE operation = 'moved' ORDER BY 1"
+    # Another writer holds an uncommitted move of one of its nodes: the step's UPDATE meets a
+    # write-write conflict after the moves' history rows were written.
+    other = con.cursor()
+    other.execute("BEGIN TRANSACTION")
+    other.execute("UPDATE nodes SET cluster_id = ? WHERE node_id = ?", [business, ids[BAKING[0]]])
+    with pytest.raises(duckdb.TransactionException):
+        step_merge_small_clusters(con, ADA, PARAMS, NOW)
+    other.execute("ROLLBACK")
+    other.close()
+    assert con.execute(moves).fetchall() == []
+    assert [node(con, ids[t])["cluster_id"] for t in BAKING] == ["c-small", "c-small"]
+    assert con.execute("SELECT count(*) FROM clusters WHERE cluster_id = 'c-small'").fetchall() == [(1,)]
+
+    assert step_merge_small_clusters(con, ADA, PARAMS, NOW).counts["moved"] == 2
+    assert con.execute(moves).fetchall() == sorted((ids[t], business) for t in BAKING)
+    assert con.execute("SELECT count(*) FROM clusters WHERE cluster_id = 'c-small'").fetchall() == [(0,)]
+
+
 def test_merge_small_clusters(con, embedder):
     texts = [*DEPLOY, DEPLOY_TOO, *BAKING, "Deployed another billing service release to production"]
     private_deploy = texts[-1]
