@@ -130,8 +130,7 @@ def update_statuses(
     made, and its retry wrote every one of them a second time."""
     status = status_sql(params, "score")
     changing = f"created_at <= $as_of AND forgotten_at IS NULL AND status <> {status}"
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         con.execute(
             "INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, "
             "actor) SELECT 'h-' || uuid()::VARCHAR, $as_of, memory_ref, being_id, 'decay_status', "
@@ -140,10 +139,6 @@ def update_statuses(
             {"as_of": as_of, "run_id": run_id},
         )
         con.execute(f"UPDATE decay_scores SET status = {status} WHERE {changing}", {"as_of": as_of})
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
 
 
 def compute_scores(con: duckdb.DuckDBPyConnection, as_of: datetime, params: DecayParams | None = None) -> int:

@@ -382,14 +382,9 @@ def _status_change(con: duckdb.DuckDBPyConnection, history: str, update: str, pa
     The UPDATE has no RETURNING: on DuckDB 2.0.1 an UPDATE ... RETURNING of a row another
     transaction had changed and not yet committed went through instead of failing on the
     conflict (without RETURNING it fails)."""
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         ((count,),) = con.execute(history, parameters).fetchall()
         con.execute(update, parameters)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     return int(count)
 
 
@@ -466,18 +461,13 @@ def step_merge_small_clusters(
                     target = siblings[best][0]
         # The moves, their history rows and the emptied cluster's removal commit together (see
         # _status_change: a patrol failing between them left moves never made in the history).
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with store.transaction(con):
             moved = _moved(con, "cluster_id = ?", [cluster_id], target, now)
             con.execute(
                 "UPDATE nodes SET cluster_id = ?, updated_at = ? WHERE cluster_id = ?",
                 [target, now, cluster_id],
             )
             con.execute("DELETE FROM clusters WHERE cluster_id = ?", [cluster_id])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         moved_nodes += moved
         if vector is None and not moved:
             deleted += 1

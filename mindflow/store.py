@@ -772,6 +772,19 @@ def table_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 @contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block's statements commit together, or none does: rolled back on any exception
+    (a KeyboardInterrupt included), which then propagates."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
 def registered(con: duckdb.DuckDBPyConnection, name: str, table) -> Iterator[None]:
     """Expose an Arrow table to SQL as `name` for the duration of the block."""
     # DuckDB refuses to register while an earlier result on the connection is only

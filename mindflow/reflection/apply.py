@@ -13,7 +13,7 @@ from datetime import datetime
 
 import duckdb
 
-from mindflow import audit
+from mindflow import audit, store
 from mindflow.audit.trail import AuditRow
 from mindflow.audit.writes import commit_table_mutations
 from mindflow.config import Settings
@@ -70,14 +70,8 @@ def _audited(con: duckdb.DuckDBPyConnection, proposal_id: str) -> bool:
 
 
 def _in_transaction(con: duckdb.DuckDBPyConnection, change: Callable[[], int]) -> int:
-    con.execute("BEGIN TRANSACTION")
-    try:
-        done = change()
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-    return done
+    with store.transaction(con):
+        return change()
 
 
 def _merge(con, proposal: Proposal, now: datetime, actor: str) -> int:
