@@ -154,6 +154,9 @@ def nodes(
     if llm is None and config.steps == "patrol":
         context.log.info(patrol.BYOK_SKIP_MESSAGE)
     step = patrol.form if config.steps == "form" else patrol.run
+    # ❷ counts a patrol session once: a retry of this step runs in the same run, a re-execution
+    # (after a crash, say) names the run it re-executes as its root.
+    session = {} if config.steps == "form" else {"session_run": context.run.root_run_id or context.run_id}
     reports = {}
     run_started = utcnow()
     with duckdb.connect() as con:
@@ -164,7 +167,7 @@ def nodes(
         for being_id in group:
             report = step(
                 con, being_id, embedder, patrol.PatrolParams(), utcnow(), events_dir=settings.events,
-                llm=llm, settings=settings, run_id=context.run_id,
+                llm=llm, settings=settings, run_id=context.run_id, **session,
             )  # fmt: skip
             _log(context, being_id, report)
             reports[being_id] = report
@@ -218,6 +221,7 @@ def nodes_result(
     if mode == "patrol":
         metadata |= {
             "sessions_advanced": total("sessions_advanced"),
+            "sessions_already_counted": total("sessions_already_counted"),
             "dying": total("dying"),
             "revived": total("revived"),
         }

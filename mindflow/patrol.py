@@ -340,16 +340,36 @@ def recompute_cluster_vectors(con: duckdb.DuckDBPyConnection, being_id: str, now
     )
 
 
-def step_session_counts(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> StepReport:
-    """❷ Every active node lived through one more patrol session."""
-    # The count, not RETURNING: DuckDB materialises each returned row of this wide table,
-    # which made the statement fifteen times slower.
-    (advanced,) = con.execute(
-        "UPDATE nodes SET session_count = session_count + 1, updated_at = ? "
-        "WHERE being_id = ? AND status = 'active'",
-        [now, being_id],
-    ).fetchall()[0]
-    return StepReport("❷ session counts", {"advanced": int(advanced)})
+def step_session_counts(
+    con: duckdb.DuckDBPyConnection, being_id: str, now: datetime, session_run: str | None = None
+) -> StepReport:
+    """❷ Every active node lived through one more patrol session.
+
+    `session_run` names the session (the assets: the run, or the root run of a re-execution):
+    a session already counted for the being advances nothing, so a retried step or a run
+    re-executed after a crash does not age the being's memories twice. Without it every call
+    is a session.
+    """
+    with store.transaction(con):
+        if session_run is not None:
+            counted = con.execute(
+                "SELECT 1 FROM patrol_sessions WHERE being_id = ? AND run_id = ?", [being_id, session_run]
+            ).fetchall()
+            if counted:
+                return StepReport("❷ session counts", {"advanced": 0, "already_counted": 1})
+        # The count, not RETURNING: DuckDB materialises each returned row of this wide table,
+        # which made the statement fifteen times slower.
+        (advanced,) = con.execute(
+            "UPDATE nodes SET session_count = session_count + 1, updated_at = ? "
+            "WHERE being_id = ? AND status = 'active'",
+            [now, being_id],
+        ).fetchall()[0]
+        if session_run is not None:
+            con.execute(
+                "INSERT INTO patrol_sessions (being_id, run_id, advanced, counted_at) VALUES (?, ?, ?, ?)",
+                [being_id, session_run, advanced, now],
+            )
+    return StepReport("❷ session counts", {"advanced": int(advanced), "already_counted": 0})
 
 
 def _value_sql(params: PatrolParams) -> str:
@@ -576,6 +596,7 @@ class PatrolReport:
         out = {
             **self.form.counts(),
             "sessions_advanced": self.sessions.counts["advanced"],
+            "sessions_already_counted": self.sessions.counts.get("already_counted", 0),
             "dying": self.dying.counts["dying"],
             "revived": self.revived.counts["revived"],
             "merged": self.consolidated.counts["merged"] if self.consolidated else 0,
@@ -673,12 +694,13 @@ def run(
     extraction_llm=None,
     small_clusters: bool = False,
     journal: bool = False,
+    session_run: str | None = None,
 ) -> PatrolReport:
     """The nightly patrol of one being in the seed's order: `form` (⓪ ❶, marks), then ❷ ❸ ❹ ❺ ❻.
 
     `llm` (purpose patrol) adds root classification, ❹ and ❻; `small_clusters` runs ❼ (the
     `clusters` asset runs it on its own), `journal` the diary and think.md (with `llm` and
-    `settings`).
+    `settings`). `session_run` names the patrol session ❷ counts once (`step_session_counts`).
     """
     params = params or PatrolParams()
     now = now or utcnow()
@@ -686,7 +708,7 @@ def run(
         con, being_id, embedder, params, now, events_dir=events_dir, llm=llm, settings=settings,
         run_id=run_id, scenes=scenes, extraction_llm=extraction_llm,
     )  # fmt: skip
-    sessions = step_session_counts(con, being_id, now)
+    sessions = step_session_counts(con, being_id, now, session_run)
     dying = step_dying(con, being_id, params, now)
     # ❹ sits between ❸ and ❺ in the seed; ❻ after ❺. Both need the patrol model. A being in
     # review mode is reorganised only by approved proposals: reflection proposes its merges.

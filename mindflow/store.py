@@ -640,6 +640,24 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             "ALTER TABLE folded_events_unkeyed RENAME TO folded_events",
         ],
     ),
+    (
+        21,
+        "patrol sessions",
+        [
+            # The patrol sessions each being's session counts (❷) have advanced by, one row per
+            # being and run (a re-execution's root run): a retried step or a re-executed run of
+            # the same session finds its row and advances nothing again.
+            """
+            CREATE TABLE IF NOT EXISTS patrol_sessions (
+                being_id VARCHAR NOT NULL,
+                run_id VARCHAR NOT NULL,
+                advanced BIGINT NOT NULL,
+                counted_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (being_id, run_id)
+            )
+            """,
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -52,6 +52,8 @@ def test_a_cli_run_is_listed_under_its_job_and_re_executes(patrolled, monkeypatc
     home, run_id = patrolled
     monkeypatch.setenv("MINDFLOW_HOME", str(home))
     monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    aged = _session_counts(home)
+    assert aged and set(aged.values()) == {1}  # the run's patrol session
     with _instance(home) as instance:
         run = instance.get_run_by_id(run_id)
         assert run.tags["dagster/asset_partition_range_start"] == "bram"  # every known being
@@ -66,6 +68,26 @@ def test_a_cli_run_is_listed_under_its_job_and_re_executes(patrolled, monkeypatc
         assert {(r.run_id, r.parent_run_id) for r in runs} == {(run_id, None), (again.run_id, run_id)}
         assert instance.get_run_by_id(again.run_id).tags["dagster/asset_partition_range_end"] == "bram"
         assert instance.get_run_by_id(again.run_id).tags[".dagster/repository"] == "__repository__@mindflow"
+        # The re-execution is the same patrol session (its root run): memories do not age twice.
+        assert _session_counts(home) == aged
+        (nodes,) = [m.metadata for m in again.asset_materializations_for_node("nodes")]
+        assert (nodes["sessions_advanced"].value, nodes["sessions_already_counted"].value) == (0, 1)
+    ran = mindflow(home, "run", "patrol")  # a new session
+    assert ran.returncode == 0, ran.stderr
+    assert _session_counts(home) == {node_id: count + 1 for node_id, count in aged.items()}
+
+
+def _session_counts(home: Path) -> dict[str, int]:
+    """Each active node's session count, read from the home's DuckDB file."""
+    import duckdb
+
+    con = duckdb.connect(str(home / "mindflow.duckdb"), read_only=True)
+    try:
+        return dict(
+            con.execute("SELECT node_id, session_count FROM nodes WHERE status = 'active'").fetchall()
+        )
+    finally:
+        con.close()
 
 
 def _free_port() -> int:

@@ -456,11 +456,53 @@ def test_session_counts_advance_active_only(con, embedder):
 
     report = step_session_counts(con, ADA, NOW)
 
-    assert report.counts == {"advanced": 1}
+    assert report.counts == {"advanced": 1, "already_counted": 0}
     assert node(con, ids[WORK])["session_count"] == 5
     assert node(con, ids[PRIVATE])["session_count"] == 7
     assert node(con, ids[DEPLOY[0]])["session_count"] == 9
     assert node(con, other[WORK])["session_count"] == 0  # another being's patrol
+
+
+def _session_counts(con, ids) -> list[int]:
+    return [node(con, i)["session_count"] for i in ids]
+
+
+def test_a_patrol_session_advances_session_counts_once(con, embedder):
+    """A step retried, or a run re-executed, in the same session (its root run) ages the being's
+    memories once; the next session ages them again, and another being's session is its own."""
+    ids = make_nodes(con, embedder, ADA, [WORK, PRIVATE])
+    other = make_nodes(con, embedder, BOB, [WORK], prefix="b")
+    assert step_session_counts(con, ADA, NOW, "run-1").counts == {"advanced": 2, "already_counted": 0}
+    assert step_session_counts(con, ADA, NOW, "run-1").counts == {"advanced": 0, "already_counted": 1}
+    assert _session_counts(con, ids.values()) == [1, 1]
+    assert step_session_counts(con, BOB, NOW, "run-1").counts == {"advanced": 1, "already_counted": 0}
+    assert step_session_counts(con, ADA, NOW, "run-2").counts == {"advanced": 2, "already_counted": 0}
+    assert _session_counts(con, ids.values()) == [2, 2]
+    assert _session_counts(con, other.values()) == [1]
+    assert con.execute("SELECT being_id, run_id, advanced FROM patrol_sessions ORDER BY ALL").fetchall() == [
+        (ADA, "run-1", 2),
+        (ADA, "run-2", 2),
+        (BOB, "run-1", 1),
+    ]
+
+
+def test_a_failed_session_count_records_no_session_and_its_retry_advances_once(con, embedder):
+    ids = make_nodes(con, embedder, ADA, [WORK, PRIVATE])
+    # Another writer holds an uncommitted change of one node's session count: the step's UPDATE
+    # meets a write-write conflict, as a kill mid-step would leave it undone.
+    other = con.cursor()
+    other.execute("BEGIN TRANSACTION")
+    other.execute("UPDATE nodes SET session_count = 5 WHERE node_id = ?", [ids[WORK]])
+    with pytest.raises(duckdb.TransactionException):
+        step_session_counts(con, ADA, NOW, "run-1")
+    other.execute("ROLLBACK")
+    other.close()
+    assert con.execute("SELECT count(*) FROM patrol_sessions").fetchall() == [(0,)]
+    assert _session_counts(con, ids.values()) == [0, 0]
+
+    assert step_session_counts(con, ADA, NOW, "run-1").counts == {"advanced": 2, "already_counted": 0}
+    assert step_session_counts(con, ADA, NOW, "run-1").counts["advanced"] == 0
+    assert _session_counts(con, ids.values()) == [1, 1]
 
 
 def test_dying_at_the_edge(con, embedder):
@@ -784,4 +826,4 @@ def test_run_patrol_twice_is_stable_and_advances_sessions(con, embedder):
     counts = {r.step: r.counts for r in second}
     assert counts["❶ scenes"] == {"new": 0}
     assert counts["❶ nodes"]["new"] == 0
-    assert counts["❷ session counts"] == {"advanced": len(texts)}
+    assert counts["❷ session counts"] == {"advanced": len(texts), "already_counted": 0}
