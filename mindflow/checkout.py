@@ -187,8 +187,7 @@ def _commit(
 ) -> None:
     con.execute(f"ATTACH {_literal(work)} AS checkout (READ_ONLY)")
     try:
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with store.transaction(con):
             after = fingerprint(con, tables, being_id, catalog="checkout")
             wrote = [t for t in PUBLISHED if t in after and after[t] != before[t]]
             if wrote:
@@ -223,9 +222,5 @@ def _commit(
                     f"INSERT INTO {table} BY NAME SELECT * FROM checkout.{table} c "
                     f"WHERE NOT EXISTS (SELECT 1 FROM {table} s WHERE {match})"
                 ).fetchone()[0]
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
     finally:
         con.execute("DETACH checkout")

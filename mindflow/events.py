@@ -361,14 +361,10 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
         }
     )
     with store.registered(con, "recall_events", table):
-        con.execute("BEGIN TRANSACTION")
         try:
-            report = _fold(con, being_id, now) if events else FoldReport()
-            record_files(con, "recall", being_id, files, listed)
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
+            with store.transaction(con):
+                report = _fold(con, being_id, now) if events else FoldReport()
+                record_files(con, "recall", being_id, files, listed)
         finally:
             con.execute("DROP TABLE IF EXISTS fold_new")
             con.execute("DROP TABLE IF EXISTS fold_refs")

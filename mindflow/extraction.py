@@ -281,8 +281,7 @@ def _apply(
             "emotion": pa.array([emotion_dict(s.emotion) for _, s in scenes.values()], EMOTION_ARROW),
         }
     )  # fmt: skip
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         with store.registered(con, "new_scenes", table):
             inserted = con.execute(
                 """
@@ -298,10 +297,6 @@ def _apply(
             ).fetchall()
         report.scenes += len(inserted)
         canonical = _apply_graph(con, being_id, answer, ts_of, now, report, supersede)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return canonical
 
 

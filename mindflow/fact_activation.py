@@ -131,15 +131,11 @@ def fold_accesses(con: duckdb.DuckDBPyConnection, events_dir: Path, report: Acti
         }
     )
     with store.registered(con, "fact_access_events", table):
-        con.execute("BEGIN TRANSACTION")
         try:
-            if found:
-                _fold(con, report)
-            events.record_files(con, TOOL, "", files, listed)
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
+            with store.transaction(con):
+                if found:
+                    _fold(con, report)
+                events.record_files(con, TOOL, "", files, listed)
         finally:
             con.execute("DROP TABLE IF EXISTS fact_access_new")
             con.execute("DROP TABLE IF EXISTS fact_access_refs")

@@ -988,8 +988,7 @@ def merge_nodes(
 
 
 def _apply_consolidation(con, being_id, answer, chunk_ids: list[str], now: datetime, counts) -> None:
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         for merge in answer.merges:
             counts["merged"] += merge_nodes(con, being_id, merge.survivor, merge.absorbed, now)
         if answer.make_dead:
@@ -1000,16 +999,12 @@ def _apply_consolidation(con, being_id, answer, chunk_ids: list[str], now: datet
             )
             _history(con, being_id, answer.make_dead, "dead", now, before="dying")
             counts["made_dead"] += len(answer.make_dead)
-        unfreshened = con.execute(
+        (unfreshened,) = con.execute(
             "UPDATE nodes SET fresh = FALSE, updated_at = ? "
-            "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) AND fresh RETURNING node_id",
+            "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) AND fresh",
             [now, chunk_ids],
-        ).fetchall()
-        counts["unfreshened"] += len(unfreshened)
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
+        ).fetchall()[0]
+        counts["unfreshened"] += int(unfreshened)
 
 
 def step_split(
@@ -1065,8 +1060,7 @@ def step_split(
             errors.append(_reason(exc))
             continue
         new_parent = cluster_id if parent_id is None else parent_id
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with store.transaction(con):
             for group in answer.groups:
                 new_id = _hash_id("c-", being_id, "sub", cluster_id, *sorted(group.node_ids))
                 con.execute(
@@ -1074,18 +1068,15 @@ def step_split(
                     "created_at, updated_at) VALUES (?, ?, ?, ?, FALSE, NULL, ?, ?)",
                     [new_id, being_id, " ".join(group.label.split()), new_parent, now, now],
                 )
-                _moved(con, "node_id IN (SELECT unnest(?::VARCHAR[]))", [group.node_ids], new_id, now)
-                moved = con.execute(
+                counts["moved"] += _moved(
+                    con, "node_id IN (SELECT unnest(?::VARCHAR[]))", [group.node_ids], new_id, now
+                )
+                con.execute(
                     "UPDATE nodes SET cluster_id = ?, updated_at = ? "
-                    "WHERE node_id IN (SELECT unnest(?::VARCHAR[])) RETURNING node_id",
+                    "WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
                     [new_id, now, group.node_ids],
-                ).fetchall()
+                )
                 counts["new_subclusters"] += 1
-                counts["moved"] += len(moved)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
     if counts["new_subclusters"]:
         recompute_cluster_vectors(con, being_id, now)
     return StepReport("❻ split", counts, errors)

@@ -723,15 +723,10 @@ def migrate(con: duckdb.DuckDBPyConnection, *, pin: bool = True) -> int:
     for version, description, statements in MIGRATIONS:
         if version in done:
             continue
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             for statement in statements:
                 con.execute(statement)
             con.execute("INSERT INTO schema_version VALUES (?, ?, now()::TIMESTAMP)", [version, description])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         applied += 1
     return applied
 
@@ -796,10 +791,13 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     con.execute("BEGIN TRANSACTION")
     try:
         yield
-        con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+    # Outside the try: a COMMIT that fails (a key another transaction committed first) has
+    # already ended the transaction, and a ROLLBACK after it would raise "no transaction is
+    # active" in place of the commit's own error.
+    con.execute("COMMIT")
 
 
 @contextlib.contextmanager

@@ -937,8 +937,7 @@ def erase_duckdb(
         for (a, _), ak, ek in zip(aliases, alias_keys, entity_keys, strict=True)
         if ak in gone_keys or ek in gone_keys
     ]
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         report.co_occurrences += run(
             "DELETE FROM co_occurrences WHERE being_id = $being AND "
             "(list_contains($facts, fact_a) OR list_contains($facts, fact_b))",
@@ -1001,10 +1000,6 @@ def erase_duckdb(
                 [now, plan.being_id, run_id, refs, plan.being_id],
             ).fetchone()[0]
         )
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     if lance.exists(settings.lance_path):
         from mindflow import memory_history
 

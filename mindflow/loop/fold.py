@@ -14,6 +14,7 @@ from datetime import datetime
 
 import duckdb
 
+from mindflow import store
 from mindflow.audit import AuditRow
 from mindflow.audit.writes import commit_table_mutations
 from mindflow.config import Settings
@@ -61,8 +62,7 @@ def fold_marks(
     new = [m for m in marks if m.mark_id not in folded]
     report.marks = len(new)
     actors = _actors(marks)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         who = (run_id, actors)
         _forget(con, being_id, state, now, report, who)
         _restore(con, being_id, state, now, report, who)
@@ -72,10 +72,6 @@ def fold_marks(
                 "INSERT OR IGNORE INTO folded_marks VALUES (?, ?, ?, ?)",
                 [[m.mark_id, being_id, m.op, now] for m in new],
             )
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     if report.changed:
         _audit(con, settings, being_id, report, actors, run_id, now)
     return report

@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from mindflow import lance
+from mindflow import lance, store
 from mindflow.decay import TYPE_WEIGHTS
 from mindflow.errors import MindflowError
 from mindflow.models import utcnow
@@ -105,8 +105,7 @@ def save(
         return Saved(ref, current[0][0], current[0][1], created=False)
     version = current[0][1] + 1 if current else 1
     procedure_id = f"{ref}-v{version}"
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with store.transaction(con):
         con.execute(
             "UPDATE procedures SET superseded_at = ?, updated_at = ? "
             "WHERE procedure_ref = ? AND superseded_at IS NULL",
@@ -128,10 +127,6 @@ def save(
             "access_count = decay_scores.access_count + 1, base_relevance = excluded.base_relevance",
             [ref, being_id, procedure.confidence, now, now, TYPE_WEIGHTS["procedural"]],
         )
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return Saved(ref, procedure_id, version, created=True)
 
 
