@@ -596,7 +596,7 @@ class PatrolReport:
         out = {
             **self.form.counts(),
             "sessions_advanced": self.sessions.counts["advanced"],
-            "sessions_already_counted": self.sessions.counts.get("already_counted", 0),
+            "sessions_already_counted": self.sessions.counts["already_counted"],
             "dying": self.dying.counts["dying"],
             "revived": self.revived.counts["revived"],
             "merged": self.consolidated.counts["merged"] if self.consolidated else 0,
