@@ -144,3 +144,35 @@ def test_the_hits_are_also_given_per_question_category_over_every_conversation(t
         2: (1, {1: 0.0, 5: 0.0, 10: 0.0}),
         4: (1, {1: 0.0, 5: 1.0, 10: 1.0}),
     }
+
+
+def test_the_hits_are_also_given_by_whether_plain_bm25_and_cosine_find_the_evidence(tmp_path):
+    _conversation(tmp_path, "conv-7")
+    _conversation(tmp_path, "conv-8", categories=(1, 4))
+    convs = bench_recall.conversations(tmp_path)
+    found, other = [["D1:1"]], [["D2:1"]]
+    first, tenth, eleventh, never = found, other * 9 + found, other * 10 + found, other
+    questions = [("locomo-conv-7", 0), ("locomo-conv-7", 1), ("locomo-conv-8", 0), ("locomo-conv-8", 1)]
+
+    def score_of(*answers):
+        score = bench_recall.Score()
+        for (being, index), sources in zip(questions, answers, strict=True):
+            score.add(being, index, {"D1:1"}, sources)
+        return score
+
+    bm25 = score_of(first, tenth, eleventh, never)  # finds the first two in its top 10
+    cosine = score_of(never, first, first, eleventh)  # finds the second and the third
+    method = score_of(tenth, first, other + found, never)
+
+    assert bench_recall.by_baselines(method, convs, bm25, cosine) == {
+        (False, False): (1, {1: 0.0, 5: 0.0, 10: 0.0}),
+        (False, True): (1, {1: 0.0, 5: 1.0, 10: 1.0}),
+        (True, False): (1, {1: 0.0, 5: 0.0, 10: 1.0}),
+        (True, True): (1, {1: 1.0, 5: 1.0, 10: 1.0}),
+    }
+    # Found at the eleventh place is not found in the top 10. In their top 5 instead, BM25 misses
+    # the second question (its tenth) and joins it to the third, which cosine alone finds.
+    assert bench_recall.by_baselines(method, convs, bm25, cosine, k=5)[False, True] == (
+        2,
+        {1: 0.5, 5: 1.0, 10: 1.0},
+    )
