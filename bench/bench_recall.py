@@ -238,10 +238,11 @@ def off_domain(table, convs: list[Conversation], config, vectors: np.ndarray) ->
     return sum(returned) / len(returned)
 
 
-# Today's two main knobs, each one step either side of its default.
+# Today's knobs, each one step either side of its default.
 TUNED = (
     "today's knobs tuned (text weight -/+0.1, context weight -/+0.15, time and speaker weights"
-    " 0 or -/+0.1, time slack 1/7 days; one at a time)"
+    " 0 or -/+0.1, time slack 1/7 days, MMR lambda -/+0.1, re-order weight 0, half or double,"
+    " its window 2; one at a time)"
 )
 
 
@@ -268,6 +269,11 @@ def lever_grids(default) -> tuple[list, dict[str, list]]:
             for w in (0.0, default.speaker_weight - 0.1, default.speaker_weight + 0.1)
         ),
         *(replace(default, mmr_lambda=m) for m in (default.mmr_lambda - 0.1, default.mmr_lambda + 0.1)),
+        *(
+            replace(default, reorder_weight=w)
+            for w in (0.0, default.reorder_weight / 2, default.reorder_weight * 2)
+        ),
+        replace(default, reorder_window=default.reorder_window + 1),
     ]
     levers = {
         "pseudo-relevance feedback (prf_terms=6, prf_weight 0.05|0.1)": [
@@ -680,8 +686,9 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     default = RecallConfig.for_model(settings.embedding_model)
-    # mindflow's lifts (the context, the time and the speaker a query names), off in every baseline
-    no_lifts = dict(context_window=0, time_weight=0.0, speaker_weight=0.0)
+    # mindflow's lifts (the context, the time and the speaker a query names, the re-order of the
+    # first ten), off in every baseline
+    no_lifts = dict(context_window=0, time_weight=0.0, speaker_weight=0.0, reorder_weight=0.0)
     plain = dict(
         **no_lifts,
         recency_floor=1.0,

@@ -191,6 +191,12 @@ class Settings(BaseSettings):
         ge=0,
         description="Lift of the memories of a speaker the query names (default 0.2, 0: off).",
     )
+    recall_reorder_weight: float | None = Field(
+        default=None,
+        ge=0,
+        description="Re-order of the first 10 by the BM25 of each one's words with its neighbours' "
+        "(default 0.05, 0: off).",
+    )
     # The ranking levers of mindflow/recall/config.py, off by default (README, "Recall quality").
     recall_prf_terms: int | None = Field(
         default=None,
@@ -259,6 +265,7 @@ class Settings(BaseSettings):
             "time_weight": self.recall_time_weight,
             "time_slack_days": self.recall_time_slack_days,
             "speaker_weight": self.recall_speaker_weight,
+            "reorder_weight": self.recall_reorder_weight,
             "prf_terms": self.recall_prf_terms,
             "prf_weight": self.recall_prf_weight,
             "session_weight": self.recall_session_weight,

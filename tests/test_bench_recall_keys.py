@@ -88,10 +88,11 @@ def measured(home, llm_server, tmp_path):
     bench_recall.embed_questions(Embedder.for_settings(settings), convs)
     table = open_memories(settings.lance_path)
     # Full text alone decides the ranking (what keys change is the full-text document): no vectors,
-    # no similarity floor over them, no lift by neighbour or by a named speaker.
+    # no similarity floor over them, no lift or re-order by neighbours, none by a named speaker.
     config = replace(
         RecallConfig.for_model(settings.embedding_model),
         vector_weight=0.0, text_weight=1.0, min_similarity=-1.0, context_window=0, speaker_weight=0.0,
+        reorder_weight=0.0,
     )  # fmt: skip
     with_keys = bench_recall.ask_in_process(
         table, convs, config, indexes=bench_recall.hot_indexes(table, convs)

@@ -105,7 +105,10 @@ def test_paraphrased_question_finds_its_memory_first(table, embedder):
     assert top[0].source_episode_ids == ["a3"]
     parts = top[0].parts
     assert parts["cosine"] > 0.3 and parts["vector_rank"] == 0
-    assert top[0].score == pytest.approx(parts["fused"] * parts["decay"] * parts["recency"])
+    # The final score, and what the re-order of the first ten added to it.
+    assert top[0].score == pytest.approx(
+        parts["fused"] * parts["decay"] * parts["recency"] + parts["reorder"]
+    )
 
 
 def test_exact_identifier_is_found_by_full_text(table, embedder):

@@ -88,11 +88,13 @@ def ask(table, embedder, query, config, now=T0 + timedelta(days=10)):
     return {m.source_episode_ids[0]: m for m in found}
 
 
-def test_levers_are_off_by_default_but_time_and_speaker():
+def test_levers_are_off_by_default_but_time_speaker_and_reorder():
     config = RecallConfig()
     assert (config.prf_terms, config.session_weight, config.rescore_weight) == (0, 0.0, 0.0)
     assert config.session_doc_weight == 0.0
-    assert (config.time_weight, config.speaker_weight) == (0.2, 0.2)  # chosen by leave-one-out
+    # chosen by leave-one-out
+    assert (config.time_weight, config.speaker_weight) == (0.2, 0.2)
+    assert (config.reorder_weight, config.reorder_window, config.reorder_top) == (0.05, 1, 10)
 
 
 def test_feedback_lifts_a_memory_sharing_the_best_results_words(table, embedder):
@@ -424,3 +426,34 @@ def test_a_fresh_memory_ranks_beside_a_hot_index_with_every_lever_on(table, embe
     at = dict(zip(around.refs, around.positions.tolist(), strict=True))
     assert at.pop("fresh-1") == -1
     assert len(at) == 3 and all(index.refs[p] == ref for ref, p in at.items())
+
+
+def test_the_reorder_puts_first_a_memory_whose_neighbours_hold_the_query_words(table, embedder):
+    query = "vet on Monday"  # s1c says it; s1b, just before it, says neither word, nor does s1a
+    off = ask(table, embedder, query, replace(BASE, reorder_weight=0.0))
+    on = ask(table, embedder, query, replace(BASE, reorder_weight=0.5))
+    assert list(off)[:3] == ["s1c", "s1a", "s1b"]
+    # s1b's words with its neighbours' (s1a and s1c) hold the query's; s1a's with s1b's none.
+    assert list(on)[:3] == ["s1c", "s1b", "s1a"]
+    assert on["s1b"].parts["reorder"] > 0 and on["s1a"].parts["reorder"] == 0
+    assert all(m.parts["reorder"] == 0 for ref, m in on.items() if ref.startswith("s2"))
+    scores = [m.score for m in on.values()]
+    assert scores == sorted(scores, reverse=True)
+    assert [m.score - m.parts["reorder"] for m in on.values()] == pytest.approx(
+        [m.parts["fused"] * m.parts["decay"] * m.parts["recency"] for m in on.values()]
+    )
+
+    def first(k, **reorder):
+        config = replace(BASE, **{"reorder_weight": 0.5, **reorder})
+        found = recall(
+            table, "ada", query, embedder.encode([query])[0], k=k, config=config, now=T0 + timedelta(days=10)
+        )
+        return [m.source_episode_ids[0] for m in found]
+
+    # It re-orders the first `reorder_top` of MMR's order: a memory among them can move into
+    # the k asked for, one after them cannot.
+    assert first(2) == ["s1c", "s1b"]
+    assert first(2, reorder_top=2) == ["s1c", "s1a"]
+    assert first(2, reorder_weight=0.0) == ["s1c", "s1a"]
+    # Without neighbours (a window of 0) s1b holds none of the words either.
+    assert first(3, reorder_window=0) == ["s1c", "s1a", "s1b"]

@@ -84,6 +84,19 @@ def test_the_speaker_and_time_levers_come_from_the_settings(home):
     assert Settings(_env_file=None, recall_time_slack_days=1).recall_overrides() == {"time_slack_days": 1}
 
 
+def test_the_reorder_comes_from_the_settings(home, monkeypatch):
+    def reorder(**weights) -> list[float]:
+        return [m["parts"]["reorder"] for m in _served(home, QUERY, **weights)]
+
+    assert any(r > 0 for r in reorder())  # on by default (0.05)
+    assert reorder(recall_reorder_weight=0) == [0.0] * len(reorder())
+    monkeypatch.setenv("MINDFLOW_RECALL_REORDER_WEIGHT", "0.1")
+    assert Settings(_env_file=None).recall_overrides() == {"reorder_weight": 0.1}
+    monkeypatch.setenv("MINDFLOW_RECALL_REORDER_WEIGHT", "-1")
+    with pytest.raises(ValueError, match="recall_reorder_weight"):
+        Settings(_env_file=None)
+
+
 def test_the_session_document_lever_comes_from_its_variable(monkeypatch):
     monkeypatch.setenv("MINDFLOW_RECALL_SESSION_DOC_WEIGHT", "0.2")
     assert Settings(_env_file=None).recall_overrides() == {"session_doc_weight": 0.2}

@@ -86,6 +86,14 @@ class RecallConfig:
     # (over its best). 0 turns it off.
     rescore_top: int = 30
     rescore_weight: float = 0.0
+    # The order of the first `reorder_top` (MMR's): each adds `reorder_weight` x the BM25 of its
+    # words together with its `reorder_window` neighbours' each side (no pause over
+    # `context_gap_minutes`), with the statistics of those texts only (`search._reordered`), x
+    # the best final score. Which memories they are does not change, only their order. Chosen by
+    # leave-one-out: 0.05 and one neighbour each side in every fold. 0 turns it off.
+    reorder_top: int = 10
+    reorder_window: int = 1
+    reorder_weight: float = 0.05
     # Where a hot index's full-text side comes from: its own postings (`fulltext`: the same
     # analysis, stemmer and BM25, statistics of the being's memories, no LanceDB query) or
     # LanceDB's full-text index (`lance`). Recall without a hot index always asks LanceDB.

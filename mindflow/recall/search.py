@@ -98,10 +98,12 @@ def recall(
         source = FreshRetrieval(source, fresh, corpus, fresh_terms)
     limit = max(config.candidates, 2 * k)
     slim = primitives.RANKING_COLUMNS
+    reordering = config.reorder_weight > 0 and config.reorder_top > 1
     if (
         config.prf_terms > 0
         or (config.rescore_weight > 0 and config.rescore_top > 0)
         or config.session_doc_weight > 0
+        or reordering
     ):
         # Those levers count the candidates' words: what the source needs for it is carried with them.
         slim = [*slim, *source.lever_columns]
@@ -219,8 +221,15 @@ def recall(
     final = fused * decay * recency
     if config.rescore_weight > 0 and config.rescore_top > 0:
         final = _rescored(source, query, pool, keep, final, config)
-    chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], k, config.mmr_lambda)]
+    # MMR picks one memory after another, so its first k of more are the k it would pick alone.
+    depth = max(k, config.reorder_top) if reordering else k
+    chosen = [int(keep[j]) for j in rerank.mmr(final, vectors[keep], depth, config.mmr_lambda)]
     position = {int(i): j for j, i in enumerate(keep)}
+    reordered = np.zeros(len(refs))
+    if reordering:
+        head, tail = chosen[: config.reorder_top], chosen[config.reorder_top :]
+        head, reordered = _reordered(source, query, pool, head, final[[position[i] for i in head]], config)
+        chosen = (head + tail)[:k]
     # Context windows read whole from LanceDB hold nearly every memory chosen; read the rest
     # (from a hot index, all of them) by ref.
     whole = around.whole if around is not None else None
@@ -236,7 +245,7 @@ def recall(
         j = position[i]
         memory = Memory.from_row(row)
         memory.fresh = isinstance(source, FreshRetrieval) and source.is_fresh(refs[i])
-        memory.score = float(final[j])
+        memory.score = float(final[j] + reordered[i])
         memory.parts = {
             "cosine": float(cosine[i]),
             "bm25": float(bm[i]),
@@ -247,6 +256,7 @@ def recall(
             "fused": float(fused[j]),
             "decay": float(decay[j]),
             "recency": float(recency[j]),
+            "reorder": float(reordered[i]),
         }
         out.append(memory)
     return out
@@ -337,6 +347,55 @@ def _rescored(
     final = final.copy()
     final[top] += config.rescore_weight * local * (final[top].max() if len(top) else 0.0)
     return final
+
+
+def _reordered(
+    source, query: str, pool: pools.Pool, chosen: list[int], scores: np.ndarray, config: RecallConfig
+) -> tuple[list[int], np.ndarray]:
+    """`chosen` (pool positions, MMR's order) sorted by their final `scores` plus `reorder_weight` x
+    `rerank.local_bm25` of each one's words together with its neighbours' (the
+    `reorder_window` memories before and after it among the pool's, with no pause over
+    `context_gap_minutes`), x the best of `scores`. Returns them and what each position gained.
+
+    A question's words are often split between an answer and the turn it answers ("How long has
+    Nate had his turtles?" - "Turtles!" - "I've had them for 3 years now"): the context lift finds
+    such answers, and this puts them before the memories that only share the question's words.
+    """
+    gained = np.zeros(len(pool))
+    words = primitives.query_terms(query)
+    if not words or len(chosen) < 2:
+        return chosen, gained
+    beside = _neighbours(pool.ts, pool.refs, chosen, config.reorder_window, 60.0 * config.context_gap_minutes)
+    texts = np.array(sorted({*chosen, *(n for near in beside for n in near)}), dtype=np.int64)
+    tf, lengths = source.term_frequencies(words, pool.take(texts))
+    column = {int(p): c for c, p in enumerate(texts)}
+    own = [[column[i], *(column[n] for n in near)] for i, near in zip(chosen, beside, strict=True)]
+    local = rerank.local_bm25(
+        np.stack([tf[:, cols].sum(axis=1) for cols in own], axis=1),
+        np.array([lengths[cols].sum() for cols in own]),
+    )
+    bonus = config.reorder_weight * local * float(scores.max())
+    order = np.argsort(-(scores + bonus), kind="stable")
+    gained[chosen] = bonus
+    return [chosen[o] for o in order], gained
+
+
+def _neighbours(ts: np.ndarray, refs: list[str], positions: list[int], window: int, gap_seconds: float):
+    """For each of `positions`, the positions of the `window` memories before and after it in time
+    among all of `ts`, with no pause over `gap_seconds` between them."""
+    order = _time_order(ts, refs)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    stamps = ts[order]
+    seconds = np.where(np.isnat(stamps), 0, stamps.astype("datetime64[us]").astype(np.int64)) / 1e6
+    # A run of memories with no pause over the gap between them; an unknown time is a run of its own.
+    run = np.cumsum(np.concatenate([[True], (np.diff(seconds) > gap_seconds) | np.isnat(stamps[1:])]))
+    out = []
+    for p in positions:
+        r = int(rank[p])
+        span = range(max(0, r - window), min(len(order), r + window + 1))
+        out.append([int(order[s]) for s in span if s != r and run[s] == run[r]])
+    return out
 
 
 def _of_refs(rows: pa.Table | None, refs: list[str]) -> pa.Table | None:
