@@ -38,8 +38,25 @@ def episodes(
         integrity = audit.verify_critical(settings, con, run_id=context.run_id)
         started = utcnow()
         before = _rows_per_day(con, start, end)
+        new_beings: list[str] = []
+
+        def register(beings_in_run: set[str]) -> None:
+            # Before their episodes are stored: a run killed after the INSERT leaves no stored
+            # being outside the partitions that patrol and its schedules run over.
+            known = set(context.instance.get_dynamic_partitions(beings.name))
+            if new := sorted(beings_in_run - known):
+                context.instance.add_dynamic_partitions(beings.name, new)
+                context.log.info(f"new beings: {', '.join(new)}")
+                new_beings.extend(new)
+
         report = ingest(
-            con, settings.inbox, start, end, days=set(run_days), max_chars=settings.max_episode_chars
+            con,
+            settings.inbox,
+            start,
+            end,
+            days=set(run_days),
+            max_chars=settings.max_episode_chars,
+            before_storing=register,
         )
         # "Forget about ..." in a dropped file waits for a person like one sent to the API.
         proposals = propose_ingested(con, settings, started)
@@ -59,11 +76,8 @@ def episodes(
     known_days = set(context.instance.get_dynamic_partitions(days.name))
     if unknown_days := sorted(set(stored_days) - known_days):
         context.instance.add_dynamic_partitions(days.name, unknown_days)
-    known = set(context.instance.get_dynamic_partitions(beings.name))
-    new_beings = [b for b in all_beings if b not in known]
-    if new_beings:
-        context.instance.add_dynamic_partitions(beings.name, new_beings)
-        context.log.info(f"new beings: {', '.join(new_beings)}")
+    # Beings stored before they were partitions (a run of an earlier version killed after storing).
+    register(set(all_beings))
     if report.quarantined:
         context.log.warning(
             f"{report.quarantined} malformed lines quarantined: {', '.join(report.quarantine_files)}"

@@ -26,7 +26,7 @@ import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mindflow.config import Settings
@@ -81,6 +81,33 @@ class RunFailure:
             started_at=when(data.get("started_at")),
             steps=list(data.get("steps") or []),
         )
+
+
+def step_error(step_failures) -> tuple[str, list[str]]:
+    """The first line of the error the first failed step raised (not Dagster's wrapper around it,
+    nor what that error was raised from) and the failed steps, from a run's step-failure events;
+    ("", []) when no step failed."""
+    for event in step_failures:
+        error = getattr(event.event_specific_data, "error", None)
+        while error is not None and (error.cls_name or "").startswith("Dagster") and error.cause is not None:
+            error = error.cause
+        if error is not None:
+            return first_line(error.message), [e.step_key for e in step_failures if e.step_key]
+    return "", []
+
+
+def utc_of(timestamp: float | None) -> datetime | None:
+    """A run record's timestamp (seconds, as Dagster keeps them) as naive UTC, as mindflow keeps times."""
+    return datetime.fromtimestamp(timestamp, UTC).replace(tzinfo=None) if timestamp else None
+
+
+def partition_of(tags: dict[str, str]) -> str | None:
+    """A run's partition from its tags: its key, or its range as `start...end`."""
+    if "dagster/partition" in tags:
+        return tags["dagster/partition"]
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    return (start if start == end else f"{start}...{end}") if start else None
 
 
 def first_line(message: str | None) -> str:

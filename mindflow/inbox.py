@@ -9,6 +9,7 @@ import re
 import shutil
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
@@ -321,9 +322,12 @@ def ingest(
     now: datetime | None = None,
     max_chars: int = MAX_EPISODE_CHARS,
     days: set[date] | None = None,
+    before_storing: Callable[[set[str]], None] | None = None,
 ) -> IngestReport:
     """Upsert the episodes of days [start, end] (only `days` of them, when given) from pending and done
-    inbox files.
+    inbox files. `before_storing` is called with the beings of the episodes about to be stored,
+    before they are: what must know a being before any of its episodes exist (Dagster's `beings`
+    partitions) is told first, so a process killed between the two leaves no stored being unknown.
 
     A pending file moves to `inbox/.done/` once all its episodes are stored, by
     this run or earlier ones; until then it waits for runs covering its other days. Episodes are keyed
@@ -373,6 +377,8 @@ def ingest(
 
     report.beings = {e.being_id for e in selected}
     if selected:
+        if before_storing is not None:
+            before_storing(report.beings)
         table = _without_stored_daily_notes(con, episodes_table(_dedupe(selected)))
         before = _counts_per_being(con, report.beings)
         with store.registered(con, "incoming_episodes", table):

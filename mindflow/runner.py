@@ -182,10 +182,45 @@ def init_home(settings: Settings) -> Path:
 
     # A run left "started" by a killed process is marked failed here too, as before any run.
     with dg.DagsterInstance.get() as instance:
-        pool.reap_stale_runs(instance, log=_say)  # pool.StorageLocked (a MindflowError) says why it stops
+        reap(settings, instance, _say)  # pool.StorageLocked (a MindflowError) says why it stops
     with store.connect(settings.duckdb_path, lock_timeout_s=settings.duckdb_lock_timeout_s):
         pass
     return home
+
+
+DEAD_PROCESS = "the run's process is gone (killed, or its machine restarted): marked failed"
+
+
+def reap(settings: Settings, instance, say: Callable[[str], None]) -> None:
+    """Mark failed the runs a dead process left started (`pool.reap_stale_runs`), and record each
+    as a failed run, as the run-failure sensor does where a Dagster daemon runs."""
+    for run_id in pool.reap_stale_runs(instance, log=say).failed:
+        record_failure(settings, instance, run_id, DEAD_PROCESS)
+
+
+def record_failure(
+    settings: Settings, instance, run_id: str, error: str, steps: list[str] | None = None
+) -> None:
+    """A failed run in the audit trail, the webhook and `mindflow status` (`failures.record`;
+    idempotent, so a daemon's sensor recording it too adds nothing)."""
+    from mindflow import failures
+
+    record = instance.get_run_record_by_id(run_id)
+    if record is None:
+        return
+    run = record.dagster_run
+    failures.record(
+        settings,
+        failures.RunFailure(
+            job=run.job_name,
+            run_id=run_id,
+            partition=failures.partition_of(run.tags),
+            error=failures.first_line(error),
+            ended_at=failures.utc_of(record.end_time) or utcnow(),
+            started_at=failures.utc_of(record.start_time),
+            steps=steps or [],
+        ),
+    )
 
 
 _INSTANCE: list = []  # [((DAGSTER_HOME, its dagster.yaml), instance)] of the last run_job here
@@ -375,6 +410,12 @@ def run_job(
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     instance = local_instance()
+    # Runs a killed process left "started" are marked failed by every `mindflow run`, one that
+    # finds nothing to do too, not only by one that waits for the pool.
+    try:
+        reap(settings, instance, say or _say)
+    except pool.StorageLocked:
+        pass  # a process stopped mid-write holds the storage: the wait for the pool says so, and reaps
     if job == "ingest":
         runs.extend(_ingest_runs(instance, ingest_days, span, settings.ingest_max_gap_days))
     if job in ("extraction", "patrol", "form", "narrative", "journal_reindex", "reflection"):
@@ -429,8 +470,16 @@ def run_job(
                 # Ctrl-C mid-run: Dagster recorded the run failed ("interrupted"); the CLI says so.
                 raise KeyboardInterrupt
         summaries.append(RunSummary(job, label, run_id, success, _changes(events)))
-        if not success:
+        # What the run-failure and recovery sensors record where a daemon runs, recorded here
+        # for a run without one (both are idempotent).
+        from mindflow import failures
+
+        if success:
+            failures.resolve(settings, job, run_id, utcnow())
+        else:
             detail = launch.first_error(events)
+            error, steps = failures.step_error([e for e in events if e.is_step_failure])
+            record_failure(settings, instance, run_id, error or detail or "the run failed", steps)
             raise MindflowError(
                 f"{job} run {run_id} for {label} failed{': ' + detail if detail else ''} "
                 "(see the Dagster UI: make dev)"

@@ -278,3 +278,51 @@ def test_a_dagster_run_killed_mid_step_is_found_by_its_engine_pid(ingested):
 
     done = mindflow(home, "run", "patrol", timeout=240)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_run_with_nothing_to_do_still_marks_a_dead_run_failed(ingested):
+    home = ingested
+    killed_run, victim = _kill_patrol_mid_step(home)
+
+    idle = mindflow(home, "run", "ingest")  # no pending inbox file: it launches no run
+    assert idle.returncode == 0, idle.stderr
+    assert "nothing to do" in idle.stdout
+    assert f"run {killed_run} (patrol, pid {victim.pid}) was left unfinished by a dead process" in idle.stderr
+
+    import dagster as dg
+
+    with _instance(home) as instance:
+        assert instance.get_run_by_id(killed_run).status == dg.DagsterRunStatus.FAILURE
+    # No Dagster daemon runs here: the run is recorded as failed all the same.
+    status = mindflow(home, "status")
+    assert "ALERT 1 failed run(s)" in status.stdout
+    assert f"patrol [bram]  run {killed_run}" in status.stdout and "process is gone" in status.stdout
+    audit = mindflow(home, "audit", "--action", "ALERT")
+    assert "job:patrol" in audit.stdout
+
+
+def test_a_being_whose_episodes_were_stored_by_a_run_that_then_died_is_patrolled(tmp_path, monkeypatch):
+    import duckdb
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    landed = mindflow(home, "ingest", str(SAMPLES / "bram" / "2026-10-20.md"), "--being", "bram")
+    assert landed.returncode == 0, landed.stderr
+    # Where an ingested file moves (inbox/.done) is a file: the run dies after storing the episodes,
+    # as one killed right after its INSERT would.
+    (home / "inbox" / ".done").write_text("")
+    died = mindflow(home, "run", "ingest")
+    assert died.returncode == 1 and "ingest run" in died.stderr and "failed" in died.stderr
+    assert "ALERT 1 failed run(s)" in mindflow(home, "status").stdout  # recorded without a daemon
+    with duckdb.connect(str(home / "mindflow.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM episodes WHERE being_id = 'bram'").fetchone()[0] > 0
+
+    # Before, the being became a partition only at the end of the run: patrol refused it as
+    # unknown, and the nightly patrol over the partitions never saw its episodes.
+    patrolled = mindflow(home, "run", "patrol", "--being", "bram")
+    assert patrolled.returncode == 0, patrolled.stderr
+    assert "patrol [bram] run" in patrolled.stdout and ": ok" in patrolled.stdout
+    (home / "inbox" / ".done").unlink()
+    again = mindflow(home, "run", "ingest")  # the file is still pending: stored once, then moved
+    assert again.returncode == 0, again.stderr
+    assert not list((home / "inbox" / "bram").iterdir())
