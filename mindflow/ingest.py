@@ -503,14 +503,21 @@ def _openclaw_record(
 ) -> Episode | None:
     if isinstance(rec.get("message"), dict):
         msg = rec["message"]
+    elif "message" in rec and rec.get("type") == "message":
+        raise _Reject(f"a message record whose `message` is not an object: {_short(rec['message'])}")
     elif "type" not in rec or rec.get("type") == "message":
         msg = rec
     else:
-        return None
+        return None  # the session header, model changes, custom records: nothing anyone said
     role = msg.get("role")
+    if role is None and rec.get("type") == "message":
+        raise _Reject("a message record without a `role`")
     if role not in ("user", "assistant"):
-        return None
-    text = _checked_text(_content_text(msg.get("content")), max_chars)
+        return None  # tool results, system prompts
+    content = msg.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise _Reject(f"`content` is neither text nor a list of parts: {_short(content)}")
+    text = _checked_text(_content_text(content), max_chars)
     if not text:
         return None
     if is_heartbeat(text):

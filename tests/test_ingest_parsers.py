@@ -729,3 +729,21 @@ def test_explicit_format_overrides_detection(tmp_path):
     assert reasons(parse_file(path, BEING)) == [(1, "missing text")]
     (ep,) = parse_file(path, BEING, "openclaw").episodes
     assert (ep.text, ep.session_id, ep.format) == ("hello", "chat", "openclaw")
+
+
+def test_openclaw_quarantines_message_records_it_cannot_read(tmp_path):
+    lines = [
+        {"type": "session", "id": "s9", "timestamp": "2026-01-05T09:00:00Z"},
+        oc_message("m1", "2026-01-05T09:00:01Z", "user", "kept"),
+        {"type": "message", "id": "m2", "timestamp": "2026-01-05T09:00:02Z", "message": "notadict"},  # 3
+        {"type": "message", "id": "m3", "timestamp": "2026-01-05T09:00:03Z", "content": "who said it?"},  # 4
+        oc_message("m4", "2026-01-05T09:00:04Z", "user", 42),  # 5
+        oc_message("m5", "2026-01-05T09:00:05Z", "toolResult", "a tool's output"),  # dropped, as before
+    ]
+    result = parse_file(write_lines(tmp_path / "s9.jsonl", lines), BEING, "openclaw")
+    assert [e.episode_id for e in result.episodes] == ["m1"]
+    assert reasons(result) == [
+        (3, "a message record whose `message` is not an object: notadict"),
+        (4, "a message record without a `role`"),
+        (5, "`content` is neither text nor a list of parts: 42"),
+    ]
