@@ -51,7 +51,9 @@ def run(
         "| forget | journal_reindex | reflection | approvals",
     ),
     being: str | None = typer.Option(
-        None, "--being", help="Only this being (extraction, patrol, form, narrative, reflection)."
+        None,
+        "--being",
+        help="Only this being (extraction, patrol, form, narrative, journal_reindex, reflection).",
     ),
     partition: str | None = typer.Option(
         None,
@@ -461,6 +463,8 @@ def audit_cmd(
                 when = datetime.fromisoformat(since.rstrip("Z"))
             except ValueError as exc:
                 raise MindflowError(f"invalid --since {since!r}: use YYYY-MM-DD") from exc
+        if limit < 0:
+            raise MindflowError(f"invalid --limit {limit}: give how many of the newest entries (0: all)")
         if action and action.upper() not in audit.ACTIONS:
             raise MindflowError(f"unknown action {action!r}; use one of: {', '.join(audit.ACTIONS)}")
         rows = []

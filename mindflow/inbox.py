@@ -101,6 +101,8 @@ def land_file(
     validate_being_id(being_id)
     if fmt is not None and fmt not in FORMATS:
         raise MindflowError(f"unknown format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    if source.is_dir():
+        raise MindflowError(f"{source} is a folder: give one file (mindflow ingest FILE --being ID)")
     if not source.is_file():
         raise MindflowError(f"{source}: no such file")
     data = source.read_bytes()

@@ -47,6 +47,8 @@ def mindflow(home: Path, *args: str, timeout: float = 240) -> subprocess.Complet
 
 ERROR_CASES = {
     "ingest-missing-file": (["ingest", "{home}/nowhere.jsonl", "--being", "ada"], "no such file"),
+    "ingest-a-folder": (["ingest", "{home}", "--being", "ada"], "is a folder: give one file"),
+    "audit-negative-limit": (["audit", "--limit", "-5"], "invalid --limit -5"),
     "ingest-bad-being": (
         ["ingest", f"{SAMPLES}/bram/2026-10-20.md", "--being", "../etc"],
         "invalid being id '../etc'",
