@@ -374,7 +374,8 @@ def _reordered(
         np.stack([tf[:, cols].sum(axis=1) for cols in own], axis=1),
         np.array([lengths[cols].sum() for cols in own]),
     )
-    bonus = config.reorder_weight * local * float(scores.max())
+    # Scaled by the best score so the weight means the same at any scale; never a penalty.
+    bonus = config.reorder_weight * local * max(float(scores.max()), 0.0)
     order = np.argsort(-(scores + bonus), kind="stable")
     gained[chosen] = bonus
     return [chosen[o] for o in order], gained
