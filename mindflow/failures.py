@@ -83,6 +83,20 @@ class RunFailure:
         )
 
 
+def of_run(run, record, error: str, steps: list[str] | None = None) -> RunFailure:
+    """The failure of a Dagster run (`run`, and its run `record` when there is one, for its times):
+    what the run-failure sensor and `mindflow run` record alike."""
+    return RunFailure(
+        job=run.job_name,
+        run_id=run.run_id,
+        partition=partition_of(run.tags),
+        error=first_line(error),
+        ended_at=utc_of(record.end_time if record else None) or utcnow(),
+        started_at=utc_of(record.start_time if record else None),
+        steps=list(steps or []),
+    )
+
+
 def step_error(step_failures) -> tuple[str, list[str]]:
     """The first line of the error the first failed step raised (not Dagster's wrapper around it,
     nor what that error was raised from) and the failed steps, from a run's step-failure events;

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
-from mindflow import pool
+from mindflow import failures, pool
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
 from mindflow.inbox import pending_days, plan_key_ranges, validate_being_id
@@ -203,24 +203,9 @@ def record_failure(
 ) -> None:
     """A failed run in the audit trail, the webhook and `mindflow status` (`failures.record`;
     idempotent, so a daemon's sensor recording it too adds nothing)."""
-    from mindflow import failures
-
     record = instance.get_run_record_by_id(run_id)
-    if record is None:
-        return
-    run = record.dagster_run
-    failures.record(
-        settings,
-        failures.RunFailure(
-            job=run.job_name,
-            run_id=run_id,
-            partition=failures.partition_of(run.tags),
-            error=failures.first_line(error),
-            ended_at=failures.utc_of(record.end_time) or utcnow(),
-            started_at=failures.utc_of(record.start_time),
-            steps=steps or [],
-        ),
-    )
+    if record is not None:
+        failures.record(settings, failures.of_run(record.dagster_run, record, error, steps))
 
 
 _INSTANCE: list = []  # [((DAGSTER_HOME, its dagster.yaml), instance)] of the last run_job here
@@ -472,8 +457,6 @@ def run_job(
         summaries.append(RunSummary(job, label, run_id, success, _changes(events)))
         # What the run-failure and recovery sensors record where a daemon runs, recorded here
         # for a run without one (both are idempotent).
-        from mindflow import failures
-
         if success:
             failures.resolve(settings, job, run_id, utcnow())
         else:

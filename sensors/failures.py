@@ -18,17 +18,8 @@ def run_failure_alert(context: dg.RunFailureSensorContext):
     # The error the first failed step raised; the run's own failure message when no step failed
     # (a run killed, a bad config).
     error, steps = failures.step_error(context.get_step_failure_events())
-    error = error or failures.first_line(context.failure_event.message)
-    failure = failures.RunFailure(
-        job=run.job_name,
-        run_id=run.run_id,
-        partition=failures.partition_of(run.tags),
-        error=error,
-        ended_at=failures.utc_of(record.end_time if record else None) or utcnow(),
-        started_at=failures.utc_of(record.start_time if record else None),
-        steps=steps,
-    )
-    done = failures.record(load_settings(), failure)
+    error = error or context.failure_event.message
+    done = failures.record(load_settings(), failures.of_run(run, record, error, steps))
     # Nothing is returned: Dagster then goes on to the next failed run in the same tick and notes
     # on the failed run's page that this sensor handled it.
     if done.audit is None:
