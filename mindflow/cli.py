@@ -820,12 +820,13 @@ def memories_history(
 
     from mindflow import records
     from mindflow.api.models import MemoryHistory
-    from mindflow.loop.marks import read_marks
+    from mindflow.loop.marks import read_marks, unfolded
 
     try:
         settings, table, history_table, state = _memory_reader(being)
-        marks = read_marks(settings.loop, being) if state.deleted or state.deleted_episodes else ()
-        found = records.get_history(history_table, table, being, ref, state, marks)
+        marks = read_marks(settings.loop, being)
+        pending = unfolded(settings.loop, being, marks)
+        found = records.get_history(history_table, table, being, ref, state, marks, pending)
     except MindflowError as exc:
         _fail(exc)
     if as_json:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from mindflow import lance, memory_history
 from mindflow.errors import MindflowError, NotFound
 from mindflow.inbox import validate_being_id
-from mindflow.loop.marks import Mark, MarkState
+from mindflow.loop.marks import Mark, MarkState, targets
 
 STATUSES = ("active", "dying", "dormant", "dead", "archived")
 DEFAULT_PAGE = 50
@@ -343,12 +343,14 @@ def get_history(
     ref: str,
     state: MarkState = MarkState(),
     marks: Iterable[Mark] = (),
+    unfolded: Iterable[Mark] = (),
 ) -> MemoryHistory:
     """Every change of the memory, oldest first, with time, actor, run id and the fields before/after.
 
-    A permanently deleted memory keeps its history without content, ending with `deleted`
-    (pending until the run that erases it has written its own row). NotFound when the
-    being has no such memory and no history of it.
+    The decisions of `unfolded` marks (forget, restore, pin, unpin set since the last run
+    folded the being's marks) follow, pending. A permanently deleted memory keeps its history
+    without content, ending with `deleted` (pending until the run that erases it has written
+    its own row). NotFound when the being has no such memory and no history of it.
     """
     _check_ref(being_id, ref)
     rows = memory_history.rows_of(history_table, being_id, ref)
@@ -384,6 +386,12 @@ def get_history(
         )
         if mark is not None:
             entries.append(HistoryEntry(None, mark.ts, "deleted", mark.actor, None, None, None, pending=True))
+    elif not deleted:
+        entries += [
+            HistoryEntry(None, m.ts, _MARK_OPERATIONS[m.op], m.actor, pending=True)
+            for m in unfolded
+            if m.op in _MARK_OPERATIONS and targets(m, ref, episodes)
+        ]
     return MemoryHistory(being_id, ref, deleted, entries)
 
 
@@ -413,9 +421,7 @@ def fresh_history(memory, marks: Iterable[Mark]) -> MemoryHistory:
     forms the memory and folds them in."""
     entries = [HistoryEntry(None, memory.ts or datetime.min, "accepted", "agent", pending=True)]
     for mark in marks:
-        if mark.op in _MARK_OPERATIONS and (
-            memory.memory_ref in mark.refs or set(memory.source_episode_ids) & set(mark.episode_ids)
-        ):
+        if mark.op in _MARK_OPERATIONS and targets(mark, memory.memory_ref, memory.source_episode_ids):
             entries.append(HistoryEntry(None, mark.ts, _MARK_OPERATIONS[mark.op], mark.actor, pending=True))
     return MemoryHistory(memory.being_id, memory.memory_ref, False, entries)
 

@@ -211,13 +211,111 @@ def test_restore_undoes_a_soft_forget(world):
             r[0]
             for r in con.execute(
                 "SELECT operation FROM history WHERE memory_ref = ? AND operation IN ('forgotten', 'restored') "
-                "ORDER BY ts, operation DESC",
+                "ORDER BY rowid",
                 [cat],
             ).fetchall()
         ]
-    assert sorted(operations) == ["forgotten", "restored"]
+    # The first forget and restore came between two runs: on record too.
+    assert operations == ["forgotten", "restored", "forgotten", "restored"]
     # Nothing to restore any more.
     assert two.post(f"/v1/beings/ada/memories/{cat}/restore").status_code == 404
+
+
+def test_a_forget_and_its_restore_between_two_runs_are_both_in_the_history(world):
+    """The memory ends as it was, yet both decisions are on record: pending until a run folds
+    them in, then history rows in the order they were made, and audit rows."""
+    settings, refs, (one, two) = world
+    cat, tea = refs["a02"], refs["a04"]
+
+    def history(client, ref: str) -> list[tuple[str, bool, str]]:
+        response = client.get(f"/v1/beings/ada/memories/{ref}/history")
+        assert response.status_code == 200, response.text
+        return [(e["operation"], e["pending"], e["actor"]) for e in response.json()["entries"]]
+
+    proposal = one.post("/v1/beings/ada/forget", json={"refs": [cat]}).json()
+    one.post("/v1/beings/ada/forget", json={"proposal_id": proposal["proposal_id"], "confirm": True})
+    assert two.post(f"/v1/beings/ada/memories/{cat}/restore").status_code == 200
+    assert one.post(f"/v1/beings/ada/memories/{tea}/pin").status_code == 200
+    assert two.post(f"/v1/beings/ada/memories/{tea}/unpin").status_code == 200
+    # Before any run: the decisions are pending, on every server, after what a run recorded.
+    for client in (one, two):
+        assert history(client, cat)[-2:] == [("forgotten", True, "user"), ("restored", True, "user")]
+        assert history(client, tea)[-2:] == [("pinned", True, "user"), ("unpinned", True, "user")]
+
+    report = _fold(settings)
+    assert report.marks == 4 and report.changed == 0  # nothing ends changed...
+    with store.connect(settings.duckdb_path) as con:
+        rows = con.execute(
+            "SELECT memory_ref, operation, before::VARCHAR, after::VARCHAR, run_id FROM history "
+            "WHERE run_id = 'test-run' ORDER BY rowid"
+        ).fetchall()
+        audit = con.execute(
+            "SELECT action, summary FROM audit_log WHERE run_id = 'test-run' ORDER BY rowid"
+        ).fetchall()
+        assert con.execute("SELECT status, pinned FROM nodes WHERE node_id = ?", [cat]).fetchone() == (
+            "active",
+            False,
+        )
+    # ...yet every decision is a history row, in the order it was made,
+    assert rows == [
+        (cat, "forgotten", '{"status":"active"}', '{"status":"archived"}', "test-run"),
+        (cat, "restored", '{"status":"archived"}', '{"status":"active"}', "test-run"),
+        (tea, "pinned", '{"pinned":false}', '{"pinned":true}', "test-run"),
+        (tea, "unpinned", '{"pinned":true}', '{"pinned":false}', "test-run"),
+    ]
+    # and an audit row per kind of change.
+    assert audit == [
+        ("ARCHIVE", "ada: 1 memories forgotten"),
+        ("EDIT", "ada: 1 memories restored"),
+        ("EDIT", "ada: 1 memories pinned"),
+        ("EDIT", "ada: 1 memories unpinned"),
+    ]
+    # Published: the same decisions, no longer pending, and nothing twice.
+    for client in (one, two):
+        assert history(client, cat)[-2:] == [("forgotten", False, "user"), ("restored", False, "user")]
+        assert [op for op, pending, _ in history(client, tea)].count("pinned") == 1
+        assert not any(pending for _, pending, _ in history(client, tea))
+    # A run again, or a later forget after the fold: recorded once each.
+    assert _fold(settings).changed == 0
+    proposal = one.post("/v1/beings/ada/forget", json={"refs": [cat]}).json()
+    one.post("/v1/beings/ada/forget", json={"proposal_id": proposal["proposal_id"], "confirm": True})
+    assert history(one, cat)[-3:] == [
+        ("forgotten", False, "user"),
+        ("restored", False, "user"),
+        ("forgotten", True, "user"),
+    ]
+    assert _fold(settings).forgotten == 1
+    assert [op for op, _, _ in history(two, cat)].count("forgotten") == 2
+    assert not any(pending for _, pending, _ in history(two, cat))
+
+
+def test_a_tombstone_folded_before_its_memory_formed_is_caught_up_before_later_decisions(world, embedder):
+    from mindflow.loop.marks import append_marks, new_mark
+    from mindflow.loop.refs import episode_memory_ref
+
+    settings, _, _ = world
+    _write(settings, "ada", [("a05", "2026-02-20T09:00:00Z", "Lena booked a week in Lisbon.", "event")])
+    with store.connect(settings.duckdb_path) as con:
+        ingest(con, settings.inbox, date(2026, 1, 1), date(2026, 12, 31))
+    fresh = episode_memory_ref("ada", "a05")
+    append_marks(settings.loop, [new_mark("ada", "forget", [fresh], ["a05"])])
+    assert _fold(settings).forgotten == 0  # folded in, but no memory holds the episode yet
+    with store.connect(settings.duckdb_path) as con:
+        run_patrol(con, "ada", embedder, now=NOW)  # forms it (a run without marks: not archived)
+        (ref,) = con.execute(
+            "SELECT node_id FROM nodes WHERE list_contains(source_episode_ids, 'a05')"
+        ).fetchone()
+    append_marks(settings.loop, [new_mark("ada", "pin", [ref], actor="agent")])
+    report = _fold(settings)
+    assert (report.forgotten, report.pinned) == (1, 1)
+    with store.connect(settings.duckdb_path) as con:
+        rows = con.execute(
+            "SELECT operation, after::VARCHAR, actor FROM history WHERE memory_ref = ? AND run_id = 'test-run' "
+            "ORDER BY rowid",
+            [ref],
+        ).fetchall()
+    # The tombstone's effect first (decided before), then the pin.
+    assert rows == [("forgotten", '{"status":"archived"}', "user"), ("pinned", '{"pinned":true}', "agent")]
 
 
 def test_pin_is_visible_at_once_and_the_runs_keep_it_alive(world):

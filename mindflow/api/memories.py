@@ -16,7 +16,7 @@ from mindflow import lance, memory_history, records
 from mindflow.api import models
 from mindflow.api.auth import Being
 from mindflow.errors import NotFound
-from mindflow.loop.marks import read_marks
+from mindflow.loop.marks import read_marks, unfolded
 
 RefPath = Annotated[str, Path(min_length=1, max_length=records.MAX_REF_CHARS, pattern=r"^[^\x00/]+$")]
 Status = Literal["active", "dying", "dormant", "dead", "archived"]
@@ -101,14 +101,15 @@ def memories_router(responses: dict) -> APIRouter:
         """Every change of the memory, oldest first: time, actor, run id, the fields before and after."""
         service, table, latest_history = tables(request)
         state = service.marks.state(being_id)
-        marks = read_marks(service.settings.loop, being_id) if state.deleted or state.deleted_episodes else ()
+        marks = read_marks(service.settings.loop, being_id)
+        pending = unfolded(service.settings.loop, being_id, marks)
         try:
-            found = records.get_history(latest_history.get()[0], table, being_id, ref, state, marks)
+            found = records.get_history(latest_history.get()[0], table, being_id, ref, state, marks, pending)
         except NotFound:
             fresh = _fresh(service, being_id, ref)
             if fresh is None:
                 raise
-            found = records.fresh_history(fresh, read_marks(service.settings.loop, being_id))
+            found = records.fresh_history(fresh, marks)
         return models.MemoryHistory.model_validate(dataclasses.asdict(found))
 
     return router

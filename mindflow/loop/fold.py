@@ -3,12 +3,17 @@
 The fold applies the *state* the marks describe, not each mark once: a tombstone set
 on a fresh memory before its node existed, or on an episode a later extraction turns
 into a new node, is applied by whichever run finds the node. Every statement is
-set-based and idempotent, so a run killed halfway and run again finishes the job, and
-only what changes writes a history row.
+set-based and idempotent, so a run killed halfway and run again finishes the job.
+
+History follows the decisions, not only the state: each mark not folded before writes a
+row for every memory it changes, in the order the marks were set, so a forget and its
+restore between two runs are both on record though the memory ends as it was. Only what
+changes writes a row.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 
@@ -18,7 +23,17 @@ from mindflow import store
 from mindflow.audit import AuditRow
 from mindflow.audit.writes import commit_table_mutations
 from mindflow.config import Settings
-from mindflow.loop.marks import Mark, MarkState, read_marks, state_of
+from mindflow.loop.marks import (
+    FORGETTING,
+    Mark,
+    MarkState,
+    MarkTracker,
+    read_folded,
+    read_marks,
+    state_of,
+    targets,
+    write_folded,
+)
 
 
 @dataclass
@@ -63,17 +78,22 @@ def fold_marks(
     report.marks = len(new)
     actors = _actors(marks)
     with store.transaction(con):
-        who = (run_id, actors)
-        _forget(con, being_id, state, now, report, who)
-        _restore(con, being_id, state, now, report, who)
-        _pins(con, being_id, state, now, report, who)
+        # Before the statements below change them: each memory as the new marks found it.
+        decided, rows = _decisions(con, being_id, [m for m in marks if m.mark_id in folded], new, actors)
+        rows += _forget(con, being_id, state, now, report, actors, decided)
+        rows += _restore(con, being_id, state, now, report, actors, decided)
+        rows += _pins(con, being_id, state, now, report, actors, decided)
+        _history(con, being_id, rows, now, run_id)
         if new:
             con.executemany(
                 "INSERT OR IGNORE INTO folded_marks VALUES (?, ?, ?, ?)",
                 [[m.mark_id, being_id, m.op, now] for m in new],
             )
-    if report.changed:
-        _audit(con, settings, being_id, report, actors, run_id, now)
+    # After the commit: a run killed in between leaves them shown as pending until the next fold.
+    if read_folded(settings.loop, being_id) != (True, marks[-1].mark_id):
+        write_folded(settings.loop, being_id, marks[-1], now)
+    if rows or report.changed:
+        _audit(con, settings, being_id, report, rows, actors, run_id, now)
     return report
 
 
@@ -86,11 +106,16 @@ def _actors(marks: list[Mark]) -> dict[str, str]:
 
 
 _HISTORY_COLUMNS = "(history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)"
-# (run id, actor of the latest mark per op): who a history row names.
-Who = tuple[str | None, dict[str, str]]
+# One history row: memory ref, operation, the fields before and after, actor.
+Row = tuple[str, str, dict, dict, str]
 # Nodes a tombstone hides: by ref, or formed from a forgotten episode.
 _HIDDEN = "(list_contains($refs, n.node_id) OR list_has_any(n.source_episode_ids, $episodes))"
 _HIDDEN_FACT = "(list_contains($refs, {id}) OR list_has_any(coalesce(source_episode_ids, []), $episodes))"
+# A forgotten memory comes back in the status it had before: its latest `forgotten` row says so.
+_STATUS_BEFORE = """coalesce((
+    SELECT h.before ->> 'status' FROM history h
+    WHERE h.memory_ref = n.node_id AND h.operation = 'forgotten'
+    ORDER BY h.ts DESC LIMIT 1), 'active')"""
 
 
 def _params(being_id: str, state: MarkState, now: datetime) -> dict:
@@ -109,10 +134,86 @@ def _used(params: dict, *sql: str) -> dict:
     return {k: v for k, v in params.items() if f"${k}" in text}
 
 
-def _forget(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, who: Who) -> None:
+def _decisions(
+    con, being_id: str, old: list[Mark], new: list[Mark], actors: dict[str, str]
+) -> tuple[set[str], list[Row]]:
+    """The history rows of the memories the new marks name, one per change, in mark order.
+
+    Each memory starts as DuckDB holds it. A tombstone folded before the memory was formed
+    (set on its episode while it was fresh) is caught up first, as the set-based statements
+    would; then each new mark is applied in turn. Returns the memories decided here, whose
+    rows the set-based statements leave out.
+    """
+    if not new:
+        return set(), []
+    refs = sorted({r for m in new for r in m.refs})
+    episodes = sorted({e for m in new if m.op in FORGETTING for e in m.episode_ids})
+    nodes = con.execute(
+        f"""
+        SELECT n.node_id, coalesce(n.source_episode_ids, []), n.forgotten_at IS NOT NULL,
+               CASE WHEN n.forgotten_at IS NULL THEN n.status ELSE {_STATUS_BEFORE} END, n.pinned
+        FROM nodes n
+        WHERE n.being_id = $being AND {_HIDDEN}
+        ORDER BY n.node_id
+        """,
+        {"being": being_id, "refs": refs, "episodes": episodes},
+    ).fetchall()
+    tracker = MarkTracker()
+    for mark in old:
+        tracker.apply(mark)
+    rows: list[Row] = []
+    memories = []
+    for ref, node_episodes, hidden, status, pinned in nodes:
+        memory = _Memory(ref, tuple(node_episodes), bool(hidden), status, bool(pinned))
+        if tracker.hides(ref, memory.episodes) != hidden:
+            rows += memory.hide(
+                not hidden,
+                actors.get("delete") or actors.get("forget", "user"),
+                actors.get("restore", "user"),
+            )
+        memories.append(memory)
+    for mark in new:
+        tracker.apply(mark)
+        for memory in memories:
+            if not targets(mark, memory.ref, memory.episodes):
+                continue
+            if mark.op in FORGETTING:
+                rows += memory.hide(tracker.hides(memory.ref, memory.episodes), mark.actor, mark.actor)
+            else:
+                rows += memory.pin(mark.op == "pin", mark.actor)
+    return {m.ref for m in memories}, rows
+
+
+@dataclass
+class _Memory:
+    """One memory as the marks change it, one after another, during a fold."""
+
+    ref: str
+    episodes: tuple[str, ...]
+    hidden: bool
+    status: str  # its status when not hidden: the one a restore brings back
+    pinned: bool
+
+    def hide(self, hidden: bool, forget_actor: str, restore_actor: str) -> list[Row]:
+        if hidden == self.hidden:
+            return []
+        self.hidden = hidden
+        if hidden:
+            return [(self.ref, "forgotten", {"status": self.status}, {"status": "archived"}, forget_actor)]
+        return [(self.ref, "restored", {"status": "archived"}, {"status": self.status}, restore_actor)]
+
+    def pin(self, pinned: bool, actor: str) -> list[Row]:
+        if pinned == self.pinned:
+            return []
+        self.pinned = pinned
+        operation = "pinned" if pinned else "unpinned"
+        return [(self.ref, operation, {"pinned": not pinned}, {"pinned": pinned}, actor)]
+
+
+def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
     params = _params(being_id, state, now)
     if not params["refs"] and not params["episodes"]:
-        return
+        return []
     archived = con.execute(
         f"""
         SELECT n.node_id, n.status FROM nodes n
@@ -120,6 +221,7 @@ def _forget(con, being_id: str, state: MarkState, now: datetime, report: MarkFol
         """,
         _used(params, _HIDDEN, "$being"),
     ).fetchall()
+    rows: list[Row] = []
     if archived:
         refs = [r[0] for r in archived]
         con.execute(
@@ -132,8 +234,12 @@ def _forget(con, being_id: str, state: MarkState, now: datetime, report: MarkFol
             "WHERE list_contains($refs, memory_ref)",
             {"refs": refs, "now": now},
         )
-        actor = who[1].get("delete") if "delete" in who[1] else who[1].get("forget", "user")
-        _history(con, being_id, archived, "forgotten", "archived", now, (who[0], actor))
+        actor = actors.get("delete") or actors.get("forget", "user")
+        rows = [
+            (ref, "forgotten", {"status": status}, {"status": "archived"}, actor)
+            for ref, status in archived
+            if ref not in decided
+        ]
         report.forgotten += len(archived)
     for table, key in (("facts", "fact_id"), ("relations", "relation_id")):
         (n,) = con.execute(
@@ -142,22 +248,21 @@ def _forget(con, being_id: str, state: MarkState, now: datetime, report: MarkFol
             params,
         ).fetchall()[0]
         report.facts_forgotten += int(n)
+    return rows
 
 
-def _restore(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, who: Who) -> None:
+def _restore(con, being_id, state, now, report, actors, decided) -> list[Row]:
     """Memories archived by a tombstone that no mark hides any more go back to their status before."""
     params = _params(being_id, state, now)
     back = con.execute(
         f"""
-        SELECT n.node_id, coalesce((
-            SELECT h.before ->> 'status' FROM history h
-            WHERE h.memory_ref = n.node_id AND h.operation = 'forgotten'
-            ORDER BY h.ts DESC LIMIT 1), 'active') AS status
+        SELECT n.node_id, {_STATUS_BEFORE} AS status
         FROM nodes n
         WHERE n.being_id = $being AND n.forgotten_at IS NOT NULL AND NOT {_HIDDEN}
         """,
         _used(params, _HIDDEN, "$being"),
     ).fetchall()
+    rows: list[Row] = []
     if back:
         con.executemany(
             "UPDATE nodes SET status = ?, forgotten_at = NULL, updated_at = ? WHERE node_id = ?",
@@ -169,16 +274,12 @@ def _restore(con, being_id: str, state: MarkState, now: datetime, report: MarkFo
             "WHERE list_contains($refs, memory_ref)",
             {"refs": [r for r, _ in back]},
         )
-        _history(
-            con,
-            being_id,
-            [(ref, "archived") for ref, _ in back],
-            "restored",
-            None,
-            now,
-            (who[0], who[1].get("restore", "user")),
-            after=[status for _, status in back],
-        )
+        actor = actors.get("restore", "user")
+        rows = [
+            (ref, "restored", {"status": "archived"}, {"status": status}, actor)
+            for ref, status in back
+            if ref not in decided
+        ]
         report.restored += len(back)
     for table_name, key in (("facts", "fact_id"), ("relations", "relation_id")):
         (n,) = con.execute(
@@ -187,9 +288,11 @@ def _restore(con, being_id: str, state: MarkState, now: datetime, report: MarkFo
             _used(params, _HIDDEN_FACT, "$being"),
         ).fetchall()[0]
         report.facts_restored += int(n)
+    return rows
 
 
-def _pins(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldReport, who: Who) -> None:
+def _pins(con, being_id, state, now, report, actors, decided) -> list[Row]:
+    rows: list[Row] = []
     for refs, value, operation, op in (
         (state.pinned, True, "pinned", "pin"),
         (state.unpinned, False, "unpinned", "unpin"),
@@ -197,7 +300,7 @@ def _pins(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldR
         if not refs:
             continue
         changed = con.execute(
-            "SELECT node_id, status FROM nodes WHERE being_id = $being AND list_contains($refs, node_id) "
+            "SELECT node_id FROM nodes WHERE being_id = $being AND list_contains($refs, node_id) "
             "AND pinned <> $value",
             {"being": being_id, "refs": sorted(refs), "value": value},
         ).fetchall()
@@ -216,55 +319,69 @@ def _pins(con, being_id: str, state: MarkState, now: datetime, report: MarkFoldR
             "THEN 'active' ELSE status END WHERE list_contains($refs, memory_ref)",
             {"value": value, "refs": ids},
         )
-        con.executemany(
-            f"INSERT INTO history {_HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, "
-            "to_json({'pinned': ?}), to_json({'pinned': ?}), ?, ?)",
-            [
-                [now, ref, being_id, operation, not value, value, who[0], who[1].get(op, "user")]
-                for ref in ids
-            ],
-        )
+        actor = actors.get(op, "user")
+        rows += [
+            (ref, operation, {"pinned": not value}, {"pinned": value}, actor)
+            for ref in ids
+            if ref not in decided
+        ]
         if value:
             report.pinned += len(ids)
         else:
             report.unpinned += len(ids)
+    return rows
 
 
-def _history(con, being_id, rows, operation: str, after_status: str | None, now, who, after=None) -> None:
-    """One history row per memory: its status before and after."""
-    con.executemany(
-        f"INSERT INTO history {_HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, "
-        "to_json({'status': ?}), to_json({'status': ?}), ?, ?)",
-        [
-            [now, ref, being_id, operation, before, after[i] if after is not None else after_status, *who]
-            for i, (ref, before) in enumerate(rows)
-        ],
-    )
+def _compact(values: dict) -> str:
+    """JSON as DuckDB's to_json writes it, like every other writer's history rows."""
+    return json.dumps(values, separators=(",", ":"))
 
 
-def _audit(con, settings: Settings, being_id: str, report: MarkFoldReport, actors, run_id, now) -> None:
-    """One audit row per kind of change, committed to the workspace with the person's decision."""
-    changes = [
-        ("ARCHIVE", "forget", report.forgotten, report.facts_forgotten, "forgotten"),
-        ("EDIT", "restore", report.restored, report.facts_restored, "restored"),
-        ("EDIT", "pin", report.pinned, 0, "pinned"),
-        ("EDIT", "unpin", report.unpinned, 0, "unpinned"),
-    ]
-    rows = [
+def _history(con, being_id: str, rows: list[Row], now: datetime, run_id: str | None) -> None:
+    """The rows in the order they were decided: history reads rows of one time by that order."""
+    if rows:
+        con.executemany(
+            f"INSERT INTO history {_HISTORY_COLUMNS} "
+            "VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, ?::JSON, ?::JSON, ?, ?)",
+            [
+                [now, ref, being_id, operation, _compact(before), _compact(after), run_id, actor]
+                for ref, operation, before, after, actor in rows
+            ],
+        )
+
+
+def _audit(
+    con, settings: Settings, being_id: str, report: MarkFoldReport, rows: list[Row], actors, run_id, now
+):
+    """One audit row per kind of change and actor, committed to the workspace with the decision."""
+    memories: dict[tuple[str, str], set[str]] = {}
+    for ref, operation, _, _, actor in rows:
+        memories.setdefault((operation, actor), set()).add(ref)
+    # Facts and relations are counted, not decided one by one: they go with the latest actor.
+    facts = {}
+    for operation, op, count in (
+        ("forgotten", "forget", report.facts_forgotten),
+        ("restored", "restore", report.facts_restored),
+    ):
+        if count:
+            facts[(operation, actors.get(op, "user"))] = count
+            memories.setdefault((operation, actors.get(op, "user")), set())
+    audit = [
         AuditRow(
-            action,
+            "ARCHIVE" if operation == "forgotten" else "EDIT",
             "table:nodes",
-            actors.get(op, "user"),
-            f"{being_id}: {memories} memories" + (f" and {facts} facts" if facts else "") + f" {done}",
+            actor,
+            f"{being_id}: {len(refs)} memories"
+            + (f" and {facts[operation, actor]} facts" if (operation, actor) in facts else "")
+            + f" {operation}",
             # A person's decision, or an agent acting on its own (auto).
-            approval="user" if actors.get(op, "user") == "user" else "auto",
+            approval="user" if actor == "user" else "auto",
             run_id=run_id,
             ts=now,
         )
-        for action, op, memories, facts, done in changes
-        if memories or facts
+        for (operation, actor), refs in memories.items()
     ]
-    commit_table_mutations(con, rows, settings, trigger="mark")
+    commit_table_mutations(con, audit, settings, trigger="mark")
 
 
 def fold_all(

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mindflow.errors import MindflowError
-from mindflow.files import append_locked
+from mindflow.files import append_locked, atomic_write
 from mindflow.inbox import validate_being_id
 from mindflow.models import utcnow
 
@@ -85,7 +85,10 @@ def append_marks(loop_dir: Path, marks: Sequence[Mark]) -> None:
         by_being.setdefault(mark.being_id, []).append(mark)
     for being_id, batch in by_being.items():
         data = "".join(_to_line(m) for m in batch).encode("utf-8")
-        append_locked(marks_path(loop_dir, being_id), data)
+        path = marks_path(loop_dir, being_id)
+        if not path.exists():  # the being's first mark: none is folded in yet
+            write_folded(loop_dir, being_id, None, utcnow())
+        append_locked(path, data)
 
 
 def _to_line(mark: Mark) -> str:
@@ -163,34 +166,104 @@ class MarkState:
 def state_of(marks: Iterable[Mark]) -> MarkState:
     """The state after applying the marks in order: the latest decision about a ref wins,
     except that a permanent delete is final."""
-    forgotten: dict[str, bool] = {}
-    forgotten_episodes: dict[str, bool] = {}
-    deleted: set[str] = set()
-    deleted_episodes: set[str] = set()
-    pinned: dict[str, bool] = {}
+    tracker = MarkTracker()
     for mark in marks:
+        tracker.apply(mark)
+    return tracker.state()
+
+
+class MarkTracker:
+    """The marks applied one at a time, so a fold can tell what each of them changed."""
+
+    def __init__(self) -> None:
+        self.forgotten: dict[str, bool] = {}
+        self.forgotten_episodes: dict[str, bool] = {}
+        self.deleted: set[str] = set()
+        self.deleted_episodes: set[str] = set()
+        self.pinned: dict[str, bool] = {}
+
+    def apply(self, mark: Mark) -> None:
         if mark.op in FORGETTING:
             hide = mark.op != "restore"
             for ref in mark.refs:
-                if ref not in deleted:
-                    forgotten[ref] = hide
+                if ref not in self.deleted:
+                    self.forgotten[ref] = hide
             for episode in mark.episode_ids:
-                if episode not in deleted_episodes:
-                    forgotten_episodes[episode] = hide
+                if episode not in self.deleted_episodes:
+                    self.forgotten_episodes[episode] = hide
             if mark.op == "delete":
-                deleted.update(mark.refs)
-                deleted_episodes.update(mark.episode_ids)
+                self.deleted.update(mark.refs)
+                self.deleted_episodes.update(mark.episode_ids)
         else:
             for ref in mark.refs:
-                pinned[ref] = mark.op == "pin"
-    return MarkState(
-        forgotten=frozenset(r for r, hidden in forgotten.items() if hidden),
-        forgotten_episodes=frozenset(e for e, hidden in forgotten_episodes.items() if hidden),
-        deleted=frozenset(deleted),
-        deleted_episodes=frozenset(deleted_episodes),
-        pinned=frozenset(r for r, p in pinned.items() if p),
-        unpinned=frozenset(r for r, p in pinned.items() if not p),
-    )
+                self.pinned[ref] = mark.op == "pin"
+
+    def hides(self, ref: str, episode_ids: Iterable[str] = ()) -> bool:
+        """As `MarkState.hides`: hidden by its ref, or by any of its episodes."""
+        if self.forgotten.get(ref, False):
+            return True
+        return any(self.forgotten_episodes.get(e, False) for e in episode_ids)
+
+    def state(self) -> MarkState:
+        return MarkState(
+            forgotten=frozenset(r for r, hidden in self.forgotten.items() if hidden),
+            forgotten_episodes=frozenset(e for e, hidden in self.forgotten_episodes.items() if hidden),
+            deleted=frozenset(self.deleted),
+            deleted_episodes=frozenset(self.deleted_episodes),
+            pinned=frozenset(r for r, p in self.pinned.items() if p),
+            unpinned=frozenset(r for r, p in self.pinned.items() if not p),
+        )
+
+
+def targets(mark: Mark, ref: str, episode_ids: Iterable[str] = ()) -> bool:
+    """Whether the mark decides about this memory: by its ref, or (forget, restore, delete) by
+    one of its episodes."""
+    if ref in mark.refs:
+        return True
+    return mark.op in FORGETTING and bool(mark.episode_ids) and bool(set(episode_ids) & set(mark.episode_ids))
+
+
+# The last mark a run folded into DuckDB, per being: the read API, which never opens DuckDB,
+# shows the marks after it as pending in a memory's history.
+FOLDED_FILE = "folded.json"
+
+
+def folded_path(loop_dir: Path, being_id: str) -> Path:
+    return marks_path(loop_dir, being_id).with_name(FOLDED_FILE)
+
+
+def write_folded(loop_dir: Path, being_id: str, mark: Mark | None, folded_at: datetime) -> None:
+    """Record that every mark up to this one is folded in (marks are folded in file order);
+    None: none is yet."""
+    record = {"mark_id": mark.mark_id if mark else None, "folded_at": folded_at.isoformat()}
+    atomic_write(folded_path(loop_dir, being_id), json.dumps(record).encode())
+
+
+def read_folded(loop_dir: Path, being_id: str) -> tuple[bool, str | None]:
+    """Whether a record of the folded marks exists, and the last mark it names (None: none)."""
+    path = folded_path(loop_dir, being_id)
+    try:
+        return True, json.loads(path.read_bytes())["mark_id"]
+    except (FileNotFoundError, NotADirectoryError):
+        return False, None
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("ignored unreadable %s (%s)", path, exc)
+        return False, None
+
+
+def unfolded(loop_dir: Path, being_id: str, marks: Sequence[Mark]) -> list[Mark]:
+    """The marks no run has folded in yet, in the order they were set.
+
+    Without the record nothing is called unfolded: the marks of a home from before it were
+    folded by its runs, and would otherwise all show as pending until the next one.
+    """
+    known, folded = read_folded(loop_dir, being_id)
+    if not known:
+        return []
+    if folded is None:
+        return list(marks)
+    ids = [m.mark_id for m in marks]
+    return list(marks[ids.index(folded) + 1 :]) if folded in ids else []
 
 
 class MarkCache:
