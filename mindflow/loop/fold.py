@@ -31,7 +31,6 @@ from mindflow.loop.marks import (
     read_folded,
     read_marks,
     state_of,
-    targets,
     write_folded,
 )
 
@@ -172,11 +171,17 @@ def _decisions(
                 actors.get("restore", "user"),
             )
         memories.append(memory)
+    by_ref = {m.ref: m for m in memories}
+    by_episode: dict[str, list[_Memory]] = {}
+    for memory in memories:
+        for episode in memory.episodes:
+            by_episode.setdefault(episode, []).append(memory)
     for mark in new:
         tracker.apply(mark)
-        for memory in memories:
-            if not targets(mark, memory.ref, memory.episodes):
-                continue
+        named = [by_ref[r] for r in mark.refs if r in by_ref]
+        if mark.op in FORGETTING:
+            named += [m for e in mark.episode_ids for m in by_episode.get(e, ())]
+        for memory in dict.fromkeys(named):  # each once, in a fixed order
             if mark.op in FORGETTING:
                 rows += memory.hide(tracker.hides(memory.ref, memory.episodes), mark.actor, mark.actor)
             else:
@@ -184,7 +189,7 @@ def _decisions(
     return {m.ref for m in memories}, rows
 
 
-@dataclass
+@dataclass(eq=False)  # one object per memory: kept by identity
 class _Memory:
     """One memory as the marks change it, one after another, during a fold."""
 
