@@ -49,6 +49,14 @@ ERROR_CASES = {
     "ingest-missing-file": (["ingest", "{home}/nowhere.jsonl", "--being", "ada"], "no such file"),
     "ingest-a-folder": (["ingest", "{home}", "--being", "ada"], "is a folder: give one file"),
     "audit-negative-limit": (["audit", "--limit", "-5"], "invalid --limit -5"),
+    "memories-bad-since": (
+        ["memories", "list", "--being", "ada", "--since", "notadate"],
+        "invalid --since 'notadate': use YYYY-MM-DD or YYYY-MM-DDTHH:MM",
+    ),
+    "memories-bad-until": (
+        ["memories", "list", "--being", "ada", "--until", "2026-02-30"],
+        "invalid --until '2026-02-30': use YYYY-MM-DD or YYYY-MM-DDTHH:MM",
+    ),
     "ingest-bad-being": (
         ["ingest", f"{SAMPLES}/bram/2026-10-20.md", "--being", "../etc"],
         "invalid being id '../etc'",
