@@ -708,14 +708,21 @@ app.add_typer(memories_app, name="memories")
 
 
 def _memory_reader(being: str):
-    """(memories table, history table, mark state) of the local MINDFLOW_HOME."""
-    from mindflow import lance, memories, memory_history
+    """(memories table, history table, mark state) of the local MINDFLOW_HOME; MindflowError for a
+    being it knows nothing of, which would otherwise read as one without memories."""
+    from mindflow import inbox, lance, memories, memory_history, records
     from mindflow.loop.marks import MarkCache
 
     settings = load_settings()
     db = lance.connect(settings.lance_path)
+    table = lance.open_table(db, memories.TABLE)
+    if not inbox.has_folder(settings.inbox, being) and not records.has_memories(table, being):
+        raise MindflowError(
+            f"unknown being {being!r}: it has no memories, no episodes and no inbox folder "
+            "(land its episodes with `mindflow ingest`)"
+        )
     state = MarkCache(settings.loop).state(being)
-    return settings, lance.open_table(db, memories.TABLE), lance.open_table(db, memory_history.TABLE), state
+    return settings, table, lance.open_table(db, memory_history.TABLE), state
 
 
 def _when(value) -> str:
@@ -795,11 +802,11 @@ def memories_list(
     from mindflow.api.models import MemoryRecord
 
     try:
+        since_at, until_at = _moment("--since", since), _moment("--until", until)
         _, table, _, state = _memory_reader(being)
         found = records.iter_memories(
             table, being, state, page_size=records.MAX_PAGE,
-            status=status or None, cluster_id=cluster,
-            since=_moment("--since", since), until=_moment("--until", until),
+            status=status or None, cluster_id=cluster, since=since_at, until=until_at,
         )  # fmt: skip
         shown = 0
         for memory in islice(found, limit):

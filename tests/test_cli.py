@@ -69,6 +69,18 @@ ERROR_CASES = {
         ["ingest", f"{SAMPLES}/bram/2026-10-20.md", "--being", "bram", "--format", "csv"],
         "unknown format 'csv'; use one of: jsonl, openclaw, daily-md",
     ),
+    "memories-list-unknown-being": (
+        ["memories", "list", "--being", "nobody"],
+        "unknown being 'nobody': it has no memories, no episodes and no inbox folder",
+    ),
+    "memories-show-unknown-being": (
+        ["memories", "show", "n-1", "--being", "nobody"],
+        "unknown being 'nobody'",
+    ),
+    "memories-history-unknown-being": (
+        ["memories", "history", "n-1", "--being", "nobody"],
+        "unknown being 'nobody'",
+    ),
     "run-unknown-job": (
         ["run", "consolidate"],
         "unknown job 'consolidate'; use one of: ingest, extraction, patrol, form, decay, narrative, "
@@ -114,6 +126,23 @@ def test_errors_are_one_line_on_stderr_and_a_failing_exit_code(error_runs, case)
     inbox = home / "inbox"
     assert not inbox.exists() or not any(p.is_file() for p in inbox.rglob("*"))
     assert not (home / "mindflow.duckdb").exists()
+
+
+def test_memories_of_a_being_known_only_by_its_inbox(tmp_path):
+    home = tmp_path / "home"
+    landed = mindflow(home, "ingest", str(SAMPLES / "bram" / "2026-10-27.md"), "--being", "bram")
+    assert landed.returncode == 0, landed.stderr
+
+    # Landed, not yet ingested: a being without memories so far, not an unknown one.
+    procs = [
+        start(home, "memories", "list", "--being", "bram", "--since", "2026-10-20T10:00:00Z"),
+        start(home, "memories", "show", "n-1", "--being", "bram"),
+        start(home, "memories", "list", "--being", "brum"),
+    ]
+    (listed, listed_err), (_, shown_err), (_, typo_err) = (p.communicate(timeout=240) for p in procs)
+    assert procs[0].returncode == 0 and listed == "" and listed_err == "0 memories\n"
+    assert procs[1].returncode == 1 and shown_err.startswith("error: being 'bram' has no memory 'n-1'")
+    assert procs[2].returncode == 1 and typo_err.startswith("error: unknown being 'brum'")
 
 
 # --------------------------------------------------------------------------- status and the happy path
