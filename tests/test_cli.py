@@ -88,6 +88,26 @@ ERROR_CASES = {
     ),
     "run-patrol-unknown-being": (["run", "patrol", "--being", "ghost"], "unknown being 'ghost'"),
     "run-decay-bad-day": (["run", "decay", "--partition", "2026-13-01"], "invalid day '2026-13-01'"),
+    "run-decay-a-range": (
+        ["run", "decay", "--partition", "2026-10-01...2026-10-05"],
+        "invalid day '2026-10-01...2026-10-05': decay scores as of one day; use YYYY-MM-DD",
+    ),
+    "run-audit-digest-a-day": (
+        ["run", "audit_digest", "--partition", "2026-11-05"],
+        "invalid month '2026-11-05': use YYYY-MM",
+    ),
+    "run-audit-digest-junk-day": (
+        ["run", "audit_digest", "--partition", "2026-10-xx"],
+        "invalid month '2026-10-xx': use YYYY-MM",
+    ),
+    "run-audit-digest-before-the-partitions": (
+        ["run", "audit_digest", "--partition", "2019-12"],
+        "month '2019-12' lies outside the partitions (2020-01 .. ",
+    ),
+    "run-audit-digest-a-month-not-ended": (
+        ["run", "audit_digest", "--partition", "2999-01"],
+        "month '2999-01' lies outside the partitions (2020-01 .. ",
+    ),
     "run-ingest-reversed-range": (
         ["run", "ingest", "--partition", "2026-10-05...2026-10-01"],
         "the end is before the start",
