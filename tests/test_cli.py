@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from readme import entry, fenced
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "data" / "samples" / "inbox"
@@ -196,6 +197,20 @@ def test_init_creates_the_stores_once(tmp_path):
     assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
     status = mindflow(home, "status")
     assert status.returncode == 0 and status.stdout.startswith("no memory yet in "), status.stderr
+
+
+def test_init_and_demo_leave_the_lance_tables_the_data_layout_names(tmp_path):
+    home = tmp_path / "home"
+    said = entry(fenced("## Data layout"), "lance/")
+    assert "`mindflow init` makes only the folder" in said
+    made = mindflow(home, "init")
+    assert made.returncode == 0, made.stderr
+    assert (home / "lance").is_dir() and not any((home / "lance").iterdir())
+
+    demo = mindflow(home, "demo")
+    assert demo.returncode == 0, demo.stderr
+    left = said.split("`make demo` leaves", 1)[1].replace(" and ", ", ")
+    assert sorted(p.stem for p in (home / "lance").glob("*.lance")) == sorted(re.findall(r"[a-z_]+", left))
 
 
 def parse_table(text: str) -> dict[str, dict[str, str]]:
