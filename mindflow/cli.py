@@ -20,6 +20,17 @@ def _fail(exc: MindflowError) -> None:
     raise typer.Exit(code=1)
 
 
+def _moment(option: str, text: str | None) -> datetime | None:
+    """A date or time option's value; parsed here rather than by typer, whose refusal is a usage
+    box with exit code 2 instead of the one error line every other bad input gets."""
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise MindflowError(f"invalid {option} {text!r}: use YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS][Z]") from exc
+
+
 @app.command()
 def ingest(
     path: Path = typer.Argument(..., help="The file to land."),
@@ -446,8 +457,6 @@ def audit_cmd(
     ),
 ) -> None:
     """Show the audit trail (the DuckDB audit_log table): who changed what, when, on whose approval."""
-    from datetime import datetime
-
     from mindflow import audit, store
 
     settings = load_settings()
@@ -457,12 +466,7 @@ def audit_cmd(
                 audit.accept_critical(settings, accept, con=con)
             typer.echo(f"accepted the current {accept} as intended; logged as EDIT")
             return
-        when = None
-        if since:
-            try:
-                when = datetime.fromisoformat(since.rstrip("Z"))
-            except ValueError as exc:
-                raise MindflowError(f"invalid --since {since!r}: use YYYY-MM-DD") from exc
+        when = _moment("--since", since.rstrip("Z") if since else None)
         if limit < 0:
             raise MindflowError(f"invalid --limit {limit}: give how many of the newest entries (0: all)")
         if action and action.upper() not in audit.ACTIONS:
@@ -704,14 +708,21 @@ app.add_typer(memories_app, name="memories")
 
 
 def _memory_reader(being: str):
-    """(memories table, history table, mark state) of the local MINDFLOW_HOME."""
-    from mindflow import lance, memories, memory_history
+    """(memories table, history table, mark state) of the local MINDFLOW_HOME; MindflowError for a
+    being it knows nothing of, which would otherwise read as one without memories."""
+    from mindflow import inbox, lance, memories, memory_history, records
     from mindflow.loop.marks import MarkCache
 
     settings = load_settings()
     db = lance.connect(settings.lance_path)
+    table = lance.open_table(db, memories.TABLE)
+    if not inbox.has_folder(settings.inbox, being) and not records.has_memories(table, being):
+        raise MindflowError(
+            f"unknown being {being!r}: it has no memories, no episodes and no inbox folder "
+            "(land its episodes with `mindflow ingest`)"
+        )
     state = MarkCache(settings.loop).state(being)
-    return settings, lance.open_table(db, memories.TABLE), lance.open_table(db, memory_history.TABLE), state
+    return settings, table, lance.open_table(db, memory_history.TABLE), state
 
 
 def _when(value) -> str:
@@ -774,8 +785,12 @@ def memories_list(
         [], "--status", help="Only this status (repeatable): active, dying, dormant, dead, archived."
     ),
     cluster: str | None = typer.Option(None, "--cluster", help="Only this cluster id."),
-    since: datetime | None = typer.Option(None, "--since", help="Happened at or after (UTC)."),
-    until: datetime | None = typer.Option(None, "--until", help="Happened at or before (UTC)."),
+    since: str | None = typer.Option(
+        None, "--since", help="Happened at or after: YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] (UTC)."
+    ),
+    until: str | None = typer.Option(
+        None, "--until", help="Happened at or before: YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] (UTC)."
+    ),
     limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many (default: all)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON record per line."),
 ) -> None:
@@ -787,10 +802,11 @@ def memories_list(
     from mindflow.api.models import MemoryRecord
 
     try:
+        since_at, until_at = _moment("--since", since), _moment("--until", until)
         _, table, _, state = _memory_reader(being)
         found = records.iter_memories(
             table, being, state, page_size=records.MAX_PAGE,
-            status=status or None, cluster_id=cluster, since=since, until=until,
+            status=status or None, cluster_id=cluster, since=since_at, until=until_at,
         )  # fmt: skip
         shown = 0
         for memory in islice(found, limit):

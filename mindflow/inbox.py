@@ -146,6 +146,13 @@ def _free_name(folder: Path, name: str, sha: str) -> Path | None:
     return folder / f"{stem}-{sha[:8]}{suffix}"
 
 
+def has_folder(inbox: Path, being_id: str) -> bool:
+    """Whether the being has a folder in the inbox, pending or done: every episode comes through one
+    (`mindflow ingest` and the API's POST episodes alike), and ingested files move to `.done/`."""
+    validate_being_id(being_id)
+    return (inbox / being_id).is_dir() or (inbox / DONE / being_id).is_dir()
+
+
 def pending_files(inbox: Path) -> list[LandedFile]:
     """Files waiting in `inbox/<being_id>/`, in a stable order."""
     found: list[LandedFile] = []

@@ -172,6 +172,12 @@ def get_memory(table, being_id: str, ref: str, state: MarkState = MarkState()) -
     return _record(rows[0], state)
 
 
+def has_memories(table, being_id: str) -> bool:
+    """Whether the table holds any memory of the being, whatever its status."""
+    validate_being_id(being_id)
+    return table is not None and table.count_rows(lance.where(being_id=being_id)) > 0
+
+
 def _statuses(status: str | Sequence[str] | None) -> tuple[str, ...] | None:
     if status is None:
         return None

@@ -90,6 +90,7 @@ _EARLIER_YAML = tuple(
 # (embedded N/M ...) reach stderr once it has lasted MINDFLOW_PROGRESS_AFTER_S (jobs/loggers.py).
 _QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_MONTH = re.compile(r"^\d{4}-\d{2}$")
 
 
 # What a run changed, as the CLI prints it: metadata keys per asset.
@@ -252,6 +253,28 @@ def _day_range(partition: str) -> tuple[date, date]:
     return first, last
 
 
+def _last_month() -> date:
+    """The first day of the month that ended last: audit_archive's newest partition."""
+    return (utcnow().date().replace(day=1) - timedelta(days=1)).replace(day=1)
+
+
+def _month(partition: str) -> date:
+    """`YYYY-MM`, one of audit_archive's partitions, as its first day (the partition key)."""
+    if not _MONTH.fullmatch(partition):
+        raise MindflowError(f"invalid month {partition!r}: use YYYY-MM")
+    try:
+        first = date.fromisoformat(partition + "-01")
+    except ValueError as exc:
+        raise MindflowError(f"invalid month {partition!r}: use YYYY-MM") from exc
+    # Checked here: Dagster would refuse a month before its start only once the run is launched.
+    if not date(2020, 1, 1) <= first <= _last_month():
+        raise MindflowError(
+            f"month {partition!r} lies outside the partitions (2020-01 .. {_last_month():%Y-%m}, "
+            "the last month that has ended)"
+        )
+    return first
+
+
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -367,18 +390,13 @@ def run_job(
     elif job == "audit_digest":
         if being is not None:
             raise MindflowError("audit_digest covers the whole workspace; drop --being")
-        # A month (YYYY-MM), by default the one that just ended.
-        month = partition or (utcnow().date().replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
-        if not re.fullmatch(r"\d{4}-\d{2}", month[:7]) or len(month) not in (7, 10):
-            raise MindflowError(f"invalid month {partition!r}: use YYYY-MM")
-        try:
-            first = _parse_day(month[:7] + "-01")
-        except MindflowError as exc:
-            raise MindflowError(f"invalid month {partition!r}: use YYYY-MM") from exc
-        runs.append((month[:7], {"partition_key": first.isoformat()}))
+        first = _month(partition) if partition else _last_month()
+        runs.append((first.strftime("%Y-%m"), {"partition_key": first.isoformat()}))
     elif job == "decay":
         if being is not None:
             raise MindflowError("decay covers every being; drop --being")
+        if partition and "..." in partition:
+            raise MindflowError(f"invalid day {partition!r}: decay scores as of one day; use YYYY-MM-DD")
         day = _day_range(partition)[0] if partition else utcnow().date()
         # decay_scores is not partitioned (one current score per memory): the day is its config.
         decay_config = {"ops": {"decay_scores": {"config": {"as_of": day.isoformat()}}}}

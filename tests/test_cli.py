@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from readme import entry, fenced
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "data" / "samples" / "inbox"
@@ -49,6 +50,14 @@ ERROR_CASES = {
     "ingest-missing-file": (["ingest", "{home}/nowhere.jsonl", "--being", "ada"], "no such file"),
     "ingest-a-folder": (["ingest", "{home}", "--being", "ada"], "is a folder: give one file"),
     "audit-negative-limit": (["audit", "--limit", "-5"], "invalid --limit -5"),
+    "memories-bad-since": (
+        ["memories", "list", "--being", "ada", "--since", "notadate"],
+        "invalid --since 'notadate': use YYYY-MM-DD or YYYY-MM-DDTHH:MM",
+    ),
+    "memories-bad-until": (
+        ["memories", "list", "--being", "ada", "--until", "2026-02-30"],
+        "invalid --until '2026-02-30': use YYYY-MM-DD or YYYY-MM-DDTHH:MM",
+    ),
     "ingest-bad-being": (
         ["ingest", f"{SAMPLES}/bram/2026-10-20.md", "--being", "../etc"],
         "invalid being id '../etc'",
@@ -61,6 +70,18 @@ ERROR_CASES = {
         ["ingest", f"{SAMPLES}/bram/2026-10-20.md", "--being", "bram", "--format", "csv"],
         "unknown format 'csv'; use one of: jsonl, openclaw, daily-md",
     ),
+    "memories-list-unknown-being": (
+        ["memories", "list", "--being", "nobody"],
+        "unknown being 'nobody': it has no memories, no episodes and no inbox folder",
+    ),
+    "memories-show-unknown-being": (
+        ["memories", "show", "n-1", "--being", "nobody"],
+        "unknown being 'nobody'",
+    ),
+    "memories-history-unknown-being": (
+        ["memories", "history", "n-1", "--being", "nobody"],
+        "unknown being 'nobody'",
+    ),
     "run-unknown-job": (
         ["run", "consolidate"],
         "unknown job 'consolidate'; use one of: ingest, extraction, patrol, form, decay, narrative, "
@@ -68,6 +89,26 @@ ERROR_CASES = {
     ),
     "run-patrol-unknown-being": (["run", "patrol", "--being", "ghost"], "unknown being 'ghost'"),
     "run-decay-bad-day": (["run", "decay", "--partition", "2026-13-01"], "invalid day '2026-13-01'"),
+    "run-decay-a-range": (
+        ["run", "decay", "--partition", "2026-10-01...2026-10-05"],
+        "invalid day '2026-10-01...2026-10-05': decay scores as of one day; use YYYY-MM-DD",
+    ),
+    "run-audit-digest-a-day": (
+        ["run", "audit_digest", "--partition", "2026-11-05"],
+        "invalid month '2026-11-05': use YYYY-MM",
+    ),
+    "run-audit-digest-junk-day": (
+        ["run", "audit_digest", "--partition", "2026-10-xx"],
+        "invalid month '2026-10-xx': use YYYY-MM",
+    ),
+    "run-audit-digest-before-the-partitions": (
+        ["run", "audit_digest", "--partition", "2019-12"],
+        "month '2019-12' lies outside the partitions (2020-01 .. ",
+    ),
+    "run-audit-digest-a-month-not-ended": (
+        ["run", "audit_digest", "--partition", "2999-01"],
+        "month '2999-01' lies outside the partitions (2020-01 .. ",
+    ),
     "run-ingest-reversed-range": (
         ["run", "ingest", "--partition", "2026-10-05...2026-10-01"],
         "the end is before the start",
@@ -108,6 +149,23 @@ def test_errors_are_one_line_on_stderr_and_a_failing_exit_code(error_runs, case)
     assert not (home / "mindflow.duckdb").exists()
 
 
+def test_memories_of_a_being_known_only_by_its_inbox(tmp_path):
+    home = tmp_path / "home"
+    landed = mindflow(home, "ingest", str(SAMPLES / "bram" / "2026-10-27.md"), "--being", "bram")
+    assert landed.returncode == 0, landed.stderr
+
+    # Landed, not yet ingested: a being without memories so far, not an unknown one.
+    procs = [
+        start(home, "memories", "list", "--being", "bram", "--since", "2026-10-20T10:00:00Z"),
+        start(home, "memories", "show", "n-1", "--being", "bram"),
+        start(home, "memories", "list", "--being", "brum"),
+    ]
+    (listed, listed_err), (_, shown_err), (_, typo_err) = (p.communicate(timeout=240) for p in procs)
+    assert procs[0].returncode == 0 and listed == "" and listed_err == "0 memories\n"
+    assert procs[1].returncode == 1 and shown_err.startswith("error: being 'bram' has no memory 'n-1'")
+    assert procs[2].returncode == 1 and typo_err.startswith("error: unknown being 'brum'")
+
+
 # --------------------------------------------------------------------------- status and the happy path
 
 
@@ -139,6 +197,20 @@ def test_init_creates_the_stores_once(tmp_path):
     assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
     status = mindflow(home, "status")
     assert status.returncode == 0 and status.stdout.startswith("no memory yet in "), status.stderr
+
+
+def test_init_and_demo_leave_the_lance_tables_the_data_layout_names(tmp_path):
+    home = tmp_path / "home"
+    said = entry(fenced("## Data layout"), "lance/")
+    assert "`mindflow init` makes only the folder" in said
+    made = mindflow(home, "init")
+    assert made.returncode == 0, made.stderr
+    assert (home / "lance").is_dir() and not any((home / "lance").iterdir())
+
+    demo = mindflow(home, "demo")
+    assert demo.returncode == 0, demo.stderr
+    left = said.split("`make demo` leaves", 1)[1].replace(" and ", ", ")
+    assert sorted(p.stem for p in (home / "lance").glob("*.lance")) == sorted(re.findall(r"[a-z_]+", left))
 
 
 def parse_table(text: str) -> dict[str, dict[str, str]]:
