@@ -144,6 +144,30 @@ def test_forget_finds_then_confirms_and_every_server_obeys_at_once(world):
     assert len(read_marks(settings.loop, "ada")) == 1
 
 
+def test_forget_offers_memories_holding_the_words_whole_not_inside_other_words(world, embedder):
+    settings, _, (one, _) = world
+    kim = [
+        ("k01", "2026-02-20T10:00:00Z", "My bank PIN is 2468.", "fact"),
+        (
+            "k02",
+            "2026-02-20T11:00:00Z",
+            "We spent the evening flipping burgers at the Nordbank summer party.",
+            "event",
+        ),
+        ("k03", "2026-02-21T09:00:00Z", "The bank sent two new PINs for the cards.", "event"),
+    ]
+    _write(settings, "kim", kim)
+    with store.connect(settings.duckdb_path) as con:
+        ingest(con, settings.inbox, date(2026, 1, 1), date(2026, 12, 31))
+        run_patrol(con, "kim", embedder, now=NOW)
+    _publish(settings)
+    found = one.post("/v1/beings/kim/forget", json={"query": "bank PIN"})
+    assert found.status_code == 200, found.text
+    texts = sorted(c["text"] for c in found.json()["candidates"] if c["store"] == "memory")
+    # "pin" is not in "flipping", nor "bank" in "Nordbank"; a plural holds its noun.
+    assert texts == ["My bank PIN is 2468.", "The bank sent two new PINs for the cards."]
+
+
 def test_a_run_that_started_before_the_forget_does_not_bring_it_back(world):
     settings, refs, (one, two) = world
     surgery = refs["a01"]

@@ -24,7 +24,7 @@ from mindflow.loop.marks import Mark, MarkState, append_marks, new_mark, read_ma
 from mindflow.loop.proposals import Proposal, ProposalStore
 from mindflow.recall import Memory, search_memory
 from mindflow.recall.models import COLUMNS
-from mindflow.recall.primitives import keywords
+from mindflow.recall.primitives import keywords, words_of
 
 MAX_CANDIDATES = 50
 MIN_SHARE = 0.5  # of the query's words a candidate holds
@@ -124,11 +124,14 @@ def _fact_text(store: str, row: dict) -> str:
 
 
 def _share(text: str, terms: list[str]) -> float:
-    """The share of the query's words the text holds."""
+    """The share of the query's words the text holds, as whole words: "pin" is not in
+    "flipping" nor "bank" in "Nordbank", and what a forget offers may be deleted for good."""
     if not terms:
         return 0.0
-    lowered = text.lower()
-    return sum(1 for t in terms if t in lowered) / len(terms)
+    words = {re.sub(r"['’]s$", "", w) for w in words_of(text)}
+    # A plural holds its noun and the other way round ("codes" / "code").
+    held = words | {w[:-1] for w in words if w.endswith("s")} | {w + "s" for w in words}
+    return sum(1 for t in terms if t in held) / len(terms)
 
 
 def _matches(text: str, terms: list[str]) -> bool:
@@ -197,10 +200,13 @@ def find_candidates(
     if terms and table is not None:
         # Half the words at least: "forget the cello plan" finds "learn the cello this spring",
         # and one shared word in a long request does not sweep in unrelated memories.
+        # search_memory matches substrings too (a search tool's choice): counted again here by
+        # whole words of the memory's own text.
         hits = search_memory(table, being_id, " ".join(terms), mode="or", k=MAX_CANDIDATES)
         for m in hits:
-            if m.score >= MIN_SHARE:
-                add(memory(m, "memory", m.score))
+            share = _share(m.text, terms)
+            if share >= MIN_SHARE:
+                add(memory(m, "memory", share))
     for m in fresh:
         share = _share(m.text, terms)
         if share >= MIN_SHARE and m.memory_ref not in found:

@@ -42,6 +42,11 @@ def sanitize_fts_query(query: str) -> str:
 _KEYWORD = re.compile(r"[^\W_]+(?:[-:'’][^\W_]+)*", re.UNICODE)
 
 
+def words_of(text: str) -> set[str]:
+    """Every lower-case word of a text, split as `keywords` splits a query, however many."""
+    return {w.lower() for w in _KEYWORD.findall(text or "")}
+
+
 def keywords(query: str) -> list[str]:
     """Lower-case keywords for substring search; dates like 2026-10-20 stay whole."""
     return list(dict.fromkeys(w.lower() for w in _KEYWORD.findall(query or "")))[:MAX_QUERY_TERMS]
