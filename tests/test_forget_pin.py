@@ -374,6 +374,34 @@ def test_pin_is_visible_at_once_and_the_runs_keep_it_alive(world):
     assert one.post(f"/v1/beings/ada/memories/{tea}/unpin").json()["pinned"] is False
     assert _fold(settings).unpinned == 1
 
+    # A pin brings the dying cat back: its history says so, as patrol and decay would have.
+    cat = refs["a02"]
+    with store.connect(settings.duckdb_path) as con:
+        (was,) = con.execute("SELECT status FROM decay_scores WHERE memory_ref = ?", [cat]).fetchone()
+    assert was != "active"
+    one.post(f"/v1/beings/ada/memories/{cat}/pin")
+    assert _fold(settings).pinned == 1
+    # Pin, unpin, pin again between two runs: three decisions, audited in that order.
+    one.post(f"/v1/beings/ada/memories/{tea}/pin")
+    one.post(f"/v1/beings/ada/memories/{tea}/unpin")
+    one.post(f"/v1/beings/ada/memories/{tea}/pin")
+    with store.connect(settings.duckdb_path) as con:
+        fold_marks(con, settings, "ada", NOW, run_id="pins-again")
+        rows = con.execute(
+            "SELECT operation, before::VARCHAR, after::VARCHAR FROM history WHERE memory_ref = ? "
+            "AND run_id = 'test-run' ORDER BY rowid DESC LIMIT 3",
+            [cat],
+        ).fetchall()
+        audit = con.execute(
+            "SELECT summary FROM audit_log WHERE run_id = 'pins-again' ORDER BY rowid"
+        ).fetchall()
+    assert rows[::-1] == [
+        ("pinned", '{"pinned":false}', '{"pinned":true}'),
+        ("revived", '{"status":"dying"}', '{"status":"active"}'),
+        ("decay_status", f'{{"decay_status":"{was}"}}', '{"decay_status":"active"}'),
+    ]
+    assert audit == [("ada: 1 memories pinned",), ("ada: 1 memories unpinned",), ("ada: 1 memories pinned",)]
+
 
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     settings, refs, (one, _) = world

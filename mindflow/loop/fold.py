@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from typing import NamedTuple
 
 import duckdb
 
@@ -105,8 +106,19 @@ def _actors(marks: list[Mark]) -> dict[str, str]:
 
 
 _HISTORY_COLUMNS = "(history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)"
-# One history row: memory ref, operation, the fields before and after, actor.
-Row = tuple[str, str, dict, dict, str]
+
+
+class Row(NamedTuple):
+    """One history row to write."""
+
+    ref: str
+    operation: str
+    before: dict
+    after: dict
+    actor: str
+    mark_id: str | None = None  # the decision it records; None: the marks' state caught up with
+
+
 # Nodes a tombstone hides: by ref, or formed from a forgotten episode.
 _HIDDEN = "(list_contains($refs, n.node_id) OR list_has_any(n.source_episode_ids, $episodes))"
 _HIDDEN_FACT = "(list_contains($refs, {id}) OR list_has_any(coalesce(source_episode_ids, []), $episodes))"
@@ -183,9 +195,11 @@ def _decisions(
             named += [m for e in mark.episode_ids for m in by_episode.get(e, ())]
         for memory in dict.fromkeys(named):  # each once, in a fixed order
             if mark.op in FORGETTING:
-                rows += memory.hide(tracker.hides(memory.ref, memory.episodes), mark.actor, mark.actor)
+                rows += memory.hide(
+                    tracker.hides(memory.ref, memory.episodes), mark.actor, mark.actor, mark.mark_id
+                )
             else:
-                rows += memory.pin(mark.op == "pin", mark.actor)
+                rows += memory.pin(mark.op == "pin", mark.actor, mark.mark_id)
     return {m.ref for m in memories}, rows
 
 
@@ -199,20 +213,33 @@ class _Memory:
     status: str  # its status when not hidden: the one a restore brings back
     pinned: bool
 
-    def hide(self, hidden: bool, forget_actor: str, restore_actor: str) -> list[Row]:
+    def hide(
+        self, hidden: bool, forget_actor: str, restore_actor: str, mark_id: str | None = None
+    ) -> list[Row]:
         if hidden == self.hidden:
             return []
         self.hidden = hidden
         if hidden:
-            return [(self.ref, "forgotten", {"status": self.status}, {"status": "archived"}, forget_actor)]
-        return [(self.ref, "restored", {"status": "archived"}, {"status": self.status}, restore_actor)]
+            return [
+                Row(
+                    self.ref,
+                    "forgotten",
+                    {"status": self.status},
+                    {"status": "archived"},
+                    forget_actor,
+                    mark_id,
+                )
+            ]
+        return [
+            Row(self.ref, "restored", {"status": "archived"}, {"status": self.status}, restore_actor, mark_id)
+        ]
 
-    def pin(self, pinned: bool, actor: str) -> list[Row]:
+    def pin(self, pinned: bool, actor: str, mark_id: str) -> list[Row]:
         if pinned == self.pinned:
             return []
         self.pinned = pinned
         operation = "pinned" if pinned else "unpinned"
-        return [(self.ref, operation, {"pinned": not pinned}, {"pinned": pinned}, actor)]
+        return [Row(self.ref, operation, {"pinned": not pinned}, {"pinned": pinned}, actor, mark_id)]
 
 
 def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
@@ -241,7 +268,7 @@ def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
         )
         actor = actors.get("delete") or actors.get("forget", "user")
         rows = [
-            (ref, "forgotten", {"status": status}, {"status": "archived"}, actor)
+            Row(ref, "forgotten", {"status": status}, {"status": "archived"}, actor)
             for ref, status in archived
             if ref not in decided
         ]
@@ -281,7 +308,7 @@ def _restore(con, being_id, state, now, report, actors, decided) -> list[Row]:
         )
         actor = actors.get("restore", "user")
         rows = [
-            (ref, "restored", {"status": "archived"}, {"status": status}, actor)
+            Row(ref, "restored", {"status": "archived"}, {"status": status}, actor)
             for ref, status in back
             if ref not in decided
         ]
@@ -312,6 +339,22 @@ def _pins(con, being_id, state, now, report, actors, decided) -> list[Row]:
         if not changed:
             continue
         ids = [r[0] for r in changed]
+        actor = actors.get(op, "user")
+        # What the pin brings back, read before it does: a history row each, as patrol and decay
+        # would write had they made the change.
+        revived: list = []
+        decay_statuses: list = []
+        if value:
+            revived = con.execute(
+                "SELECT node_id, status FROM nodes WHERE list_contains($refs, node_id) "
+                "AND status IN ('dying', 'dead') ORDER BY node_id",
+                {"refs": ids},
+            ).fetchall()
+            decay_statuses = con.execute(
+                "SELECT memory_ref, status FROM decay_scores WHERE list_contains($refs, memory_ref) "
+                "AND forgotten_at IS NULL AND status <> 'active' ORDER BY memory_ref",
+                {"refs": ids},
+            ).fetchall()
         # A pinned memory never dies: one the patrol let go of comes back at once.
         con.execute(
             "UPDATE nodes SET pinned = $value, updated_at = $now, status = CASE "
@@ -324,11 +367,17 @@ def _pins(con, being_id, state, now, report, actors, decided) -> list[Row]:
             "THEN 'active' ELSE status END WHERE list_contains($refs, memory_ref)",
             {"value": value, "refs": ids},
         )
-        actor = actors.get(op, "user")
         rows += [
-            (ref, operation, {"pinned": not value}, {"pinned": value}, actor)
+            Row(ref, operation, {"pinned": not value}, {"pinned": value}, actor)
             for ref in ids
             if ref not in decided
+        ]
+        rows += [
+            Row(ref, "revived", {"status": status}, {"status": "active"}, actor) for ref, status in revived
+        ]
+        rows += [
+            Row(ref, "decay_status", {"decay_status": status}, {"decay_status": "active"}, actor)
+            for ref, status in decay_statuses
         ]
         if value:
             report.pinned += len(ids)
@@ -349,8 +398,8 @@ def _history(con, being_id: str, rows: list[Row], now: datetime, run_id: str | N
             f"INSERT INTO history {_HISTORY_COLUMNS} "
             "VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, ?::JSON, ?::JSON, ?, ?)",
             [
-                [now, ref, being_id, operation, _compact(before), _compact(after), run_id, actor]
-                for ref, operation, before, after, actor in rows
+                [now, r.ref, being_id, r.operation, _compact(r.before), _compact(r.after), run_id, r.actor]
+                for r in rows
             ],
         )
 
@@ -358,34 +407,42 @@ def _history(con, being_id: str, rows: list[Row], now: datetime, run_id: str | N
 def _audit(
     con, settings: Settings, being_id: str, report: MarkFoldReport, rows: list[Row], actors, run_id, now
 ):
-    """One audit row per kind of change and actor, committed to the workspace with the decision."""
-    memories: dict[tuple[str, str], set[str]] = {}
-    for ref, operation, _, _, actor in rows:
-        memories.setdefault((operation, actor), set()).add(ref)
-    # Facts and relations are counted, not decided one by one: they go with the latest actor.
-    facts = {}
+    """One audit row per decision that changed memories, in the order they were made (a pin, its
+    unpin and a pin again are three), and one per kind of change the marks' state caught up with;
+    committed to the workspace with them."""
+    memories: dict[tuple[str | None, str, str], set[str]] = {}
+    for row in rows:
+        if row.operation != "decay_status":  # decay's own audit counts statuses, not memories
+            memories.setdefault((row.mark_id, row.operation, row.actor), set()).add(row.ref)
+    # Facts and relations are counted, not decided one by one: they go with the last decision of
+    # their kind by the latest actor.
+    facts: dict[tuple[str | None, str, str], int] = {}
     for operation, op, count in (
         ("forgotten", "forget", report.facts_forgotten),
         ("restored", "restore", report.facts_restored),
     ):
         if count:
-            facts[(operation, actors.get(op, "user"))] = count
-            memories.setdefault((operation, actors.get(op, "user")), set())
-    audit = [
-        AuditRow(
-            "ARCHIVE" if operation == "forgotten" else "EDIT",
-            "table:nodes",
-            actor,
-            f"{being_id}: {len(refs)} memories"
-            + (f" and {facts[operation, actor]} facts" if (operation, actor) in facts else "")
-            + f" {operation}",
-            # A person's decision, or an agent acting on its own (auto).
-            approval="user" if actor == "user" else "auto",
-            run_id=run_id,
-            ts=now,
+            actor = actors.get(op, "user")
+            last = [key for key in memories if key[1:] == (operation, actor)]
+            key = last[-1] if last else (None, operation, actor)
+            facts[key] = count
+            memories.setdefault(key, set())
+    audit = []
+    for key, refs in memories.items():
+        _, operation, actor = key
+        n_facts = f" and {facts[key]} facts" if key in facts else ""
+        audit.append(
+            AuditRow(
+                "ARCHIVE" if operation == "forgotten" else "EDIT",
+                "table:nodes",
+                actor,
+                f"{being_id}: {len(refs)} memories{n_facts} {operation}",
+                # A person's decision, or an agent acting on its own (auto).
+                approval="user" if actor == "user" else "auto",
+                run_id=run_id,
+                ts=now,
+            )
         )
-        for (operation, actor), refs in memories.items()
-    ]
     commit_table_mutations(con, audit, settings, trigger="mark")
 
 
