@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import date, datetime, time
 from pathlib import Path
 
 import typer
@@ -20,12 +20,15 @@ def _fail(exc: MindflowError) -> None:
     raise typer.Exit(code=1)
 
 
-def _moment(option: str, text: str | None) -> datetime | None:
+def _moment(option: str, text: str | None, *, until: bool = False) -> datetime | None:
     """A date or time option's value; parsed here rather than by typer, whose refusal is a usage
-    box with exit code 2 instead of the one error line every other bad input gets."""
+    box with exit code 2 instead of the one error line every other bad input gets. An upper
+    bound (`until`) given as a date alone means through the end of that day."""
     if text is None:
         return None
     try:
+        if until and len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time.max)
         return datetime.fromisoformat(text)
     except ValueError as exc:
         raise MindflowError(f"invalid {option} {text!r}: use YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS][Z]") from exc
@@ -802,7 +805,7 @@ def memories_list(
     from mindflow.api.models import MemoryRecord
 
     try:
-        since_at, until_at = _moment("--since", since), _moment("--until", until)
+        since_at, until_at = _moment("--since", since), _moment("--until", until, until=True)
         _, table, _, state = _memory_reader(being)
         found = records.iter_memories(
             table, being, state, page_size=records.MAX_PAGE,

@@ -277,6 +277,9 @@ def test_list_filters(http, world):
 
     window = all_pages(http, "ada", since="2026-10-03T00:00:00Z", until="2026-10-05T23:59:59Z", limit=2)
     assert [m["text"] for m in window] == WORK[2:5]
+    # A date alone as the upper bound takes the whole day, as "at or before" reads.
+    days = all_pages(http, "ada", since="2026-10-03", until="2026-10-05", limit=2)
+    assert [m["text"] for m in days] == WORK[2:5]
 
     for bad in ({"status": "fading"}, {"limit": 0}, {"limit": 501}, {"cursor": "not-a-cursor"}):
         assert http.get("/v1/beings/ada/memories", params=bad).status_code == 422, bad
@@ -413,6 +416,13 @@ def test_cli_reads_lancedb_without_a_server(world, monkeypatch):
     assert len(records) == len(WORK) + len(FADING) + 2
     archived = runner.invoke(app, ["memories", "list", "--being", "ada", "--status", "archived"])
     assert archived.exit_code == 0 and "printer on the third floor" in archived.stdout
+    # --until with a date alone takes that whole day, as the API does.
+    days = runner.invoke(
+        app,
+        ["memories", "list", "--being", "ada", "--since", "2026-10-03", "--until", "2026-10-05", "--json"],
+    )
+    assert days.exit_code == 0, days.output
+    assert [json.loads(line)["text"] for line in days.stdout.splitlines()] == WORK[2:5]
     survivor = ref_of(world, FADING[0])
     shown = runner.invoke(app, ["memories", "show", survivor, "--being", "ada"])
     assert shown.exit_code == 0 and "dormant" in shown.stdout and FADING[0] in shown.stdout
@@ -469,7 +479,14 @@ def test_marks_apply_at_once_then_fold_into_history(http, world):
         memories.publish(con, lance.connect(world.settings.lance_path))
     last = {ref: history(http, ref)[-1] for ref in (forgotten, pinned)}
     assert last[forgotten]["operation"] == "forgotten" and last[forgotten]["after"] == {"status": "archived"}
-    assert last[pinned]["operation"] == "pinned" and last[pinned]["after"] == {"pinned": True}
+    # The pin, then what it brought back: its decay status active again, as decay would record.
+    pin, status = history(http, pinned)[-2:]
+    assert (pin["operation"], pin["after"]) == ("pinned", {"pinned": True})
+    assert (status["operation"], status["after"], status["actor"]) == (
+        "decay_status",
+        {"decay_status": "active"},
+        "user",
+    )
     assert http.get(f"/v1/beings/ada/memories/{forgotten}").json()["status"] == "archived"
 
 

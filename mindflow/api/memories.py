@@ -54,7 +54,8 @@ def memories_router(responses: dict) -> APIRouter:
             models.UtcDatetime | None, Query(description="Happened at or after (ISO 8601).")
         ] = None,
         until: Annotated[
-            models.UtcDatetime | None, Query(description="Happened at or before (ISO 8601).")
+            models.UtcUntil | None,
+            Query(description="Happened at or before (ISO 8601; a date alone: through its end)."),
         ] = None,
         limit: Annotated[int, Query(ge=1, le=records.MAX_PAGE)] = records.DEFAULT_PAGE,
         cursor: Annotated[str | None, Query(min_length=1, max_length=2_000)] = None,

@@ -74,7 +74,17 @@ def _json_integer(value: Any) -> Any:
     return value
 
 
+def _until_text(value: Any) -> Any:
+    """An upper bound: a date alone ("2026-10-23") means through the end of that day, as "at or
+    before 2026-10-23" reads; as midnight it would leave the whole day out."""
+    value = _iso_text(value)
+    if isinstance(value, str) and _ISO_DATE.fullmatch(value):
+        return value + "T23:59:59.999999"
+    return value
+
+
 UtcDatetime = Annotated[datetime, BeforeValidator(_iso_text), AfterValidator(_naive_utc)]
+UtcUntil = Annotated[datetime, BeforeValidator(_until_text), AfterValidator(_naive_utc)]
 Count = Annotated[int, BeforeValidator(_json_integer)]
 # A time in an answer: `...Z` on the wire, naive UTC again in `mindflow.client`, as stored.
 UtcOut = Annotated[
@@ -140,8 +150,10 @@ class RecallRequest(_Horizon):
     since: UtcDatetime | None = Field(
         default=None, description="Only memories from this moment on (ISO 8601; UTC unless an offset)."
     )
-    until: UtcDatetime | None = Field(
-        default=None, description="Only memories up to this moment (ISO 8601; UTC unless an offset)."
+    until: UtcUntil | None = Field(
+        default=None,
+        description="Only memories up to this moment (ISO 8601; UTC unless an offset; a date alone: "
+        "through its end).",
     )
     session: str | None = Field(
         default=None,
@@ -168,7 +180,7 @@ class ResonanceRequest(_Horizon):
     k: Count = Field(default=MAX_RESONANCE, ge=1, le=MAX_RESONANCE)
     exclude_refs: list[Ref] = Field(default=[], max_length=5_000)
     since: UtcDatetime | None = None
-    until: UtcDatetime | None = None
+    until: UtcUntil | None = None
     session: str | None = Field(default=None, min_length=1, max_length=200)
     now: UtcDatetime | None = Field(
         default=None, description="The moment relative times are computed against (default: now)."
