@@ -403,6 +403,42 @@ def test_pin_is_visible_at_once_and_the_runs_keep_it_alive(world):
     assert audit == [("ada: 1 memories pinned",), ("ada: 1 memories unpinned",), ("ada: 1 memories pinned",)]
 
 
+def test_a_forgotten_fresh_memory_reads_archived_at_once_like_a_published_one(world):
+    settings, _, (one, two) = world
+    posted = one.post(
+        "/v1/beings/ada/episodes",
+        json={
+            "episodes": [
+                {
+                    "ts": "2026-02-25T09:00:00Z",
+                    "speaker": "Lena",
+                    "text": "The spare key is under the blue pot.",
+                }
+            ]
+        },
+    )
+    assert posted.status_code == 200, posted.text
+    (fresh,) = [
+        m
+        for m in one.post("/v1/beings/ada/recall", json={"query": "spare key blue pot"}).json()["memories"]
+        if m["fresh"]
+    ]
+    ref = fresh["memory_ref"]
+    proposal = one.post("/v1/beings/ada/forget", json={"refs": [ref]}).json()["proposal_id"]
+    assert (
+        one.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "confirm": True}).status_code == 200
+    )
+    for client in (one, two):
+        got = client.get(f"/v1/beings/ada/memories/{ref}")
+        assert got.status_code == 200, got.text
+        assert got.json()["status"] == "archived"
+        assert ref not in _recalled(client, "spare key blue pot")
+        ops = [e["operation"] for e in client.get(f"/v1/beings/ada/memories/{ref}/history").json()["entries"]]
+        assert ops == ["accepted", "forgotten"]
+    assert two.post(f"/v1/beings/ada/memories/{ref}/restore").status_code == 200
+    assert one.get(f"/v1/beings/ada/memories/{ref}").json()["status"] == "active"
+
+
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     settings, refs, (one, _) = world
     bicycle = refs["b01"]

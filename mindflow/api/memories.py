@@ -28,7 +28,8 @@ def record_out(record: records.MemoryRecord) -> models.MemoryRecord:
 
 def _fresh(service, being_id: str, ref: str):
     """The fresh-tail memory `ref` of this server (accepted, not published yet), or None."""
-    return next((m for m in service.fresh_memories(being_id) if m.memory_ref == ref), None)
+    # Forgotten ones too: a forgotten memory reads `archived` at once, like a published one.
+    return next((m for m in service.fresh_memories(being_id, forgotten=True) if m.memory_ref == ref), None)
 
 
 def memories_router(responses: dict) -> APIRouter:

@@ -318,18 +318,23 @@ class RecallService:
             found = recall(table, being_id, query, vector, index=index, **ranking)
         return _marked(marks, _without_published_twins(found))
 
-    def _fresh(self, being_id: str, table, version) -> list[fresh_tail.FreshMemory]:
-        """The being's fresh memories no tombstone hides, checked against the version the request reads."""
+    def _fresh(self, being_id: str, table, version, forgotten: bool = False) -> list[fresh_tail.FreshMemory]:
+        """The being's fresh memories no tombstone hides (`forgotten`: none deleted), checked against
+        the version the request reads."""
         marks = self.marks.state(being_id)
-        return [
-            f for f in self.tail.memories(being_id, table, version) if not marks.hides(f.ref, f.episode_ids)
-        ]
+        gone = marks.is_deleted if forgotten else marks.hides
+        return [f for f in self.tail.memories(being_id, table, version) if not gone(f.ref, f.episode_ids)]
 
-    def fresh_memories(self, being_id: str) -> list[Memory]:
-        """The being's fresh-tail memories (accepted, not yet published), tombstones and pins applied."""
+    def fresh_memories(self, being_id: str, *, forgotten: bool = False) -> list[Memory]:
+        """The being's fresh-tail memories (accepted, not yet published), tombstones and pins applied;
+        with `forgotten`, the soft-forgotten ones too (a read of one memory shows it archived), never
+        a deleted one."""
         validate_being_id(being_id)
         table, version = self.latest.get()
-        return self.apply_marks(being_id, [f.memory() for f in self._fresh(being_id, table, version)])
+        memories = [f.memory() for f in self._fresh(being_id, table, version, forgotten)]
+        if forgotten:
+            return with_pins(self.marks.state(being_id), memories)
+        return self.apply_marks(being_id, memories)
 
     def _corpus(self, being_id: str, table, version, index) -> int:
         """How many published memories of the being the full-text statistics of a fresh memory stand for."""
