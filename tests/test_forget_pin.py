@@ -439,6 +439,24 @@ def test_a_forgotten_fresh_memory_reads_archived_at_once_like_a_published_one(wo
     assert one.get(f"/v1/beings/ada/memories/{ref}").json()["status"] == "active"
 
 
+def test_a_forgotten_memory_can_still_be_deleted_for_good(world):
+    settings, refs, (one, two) = world
+    cat = refs["a02"]
+    proposal = one.post("/v1/beings/ada/forget", json={"refs": [cat]}).json()["proposal_id"]
+    one.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "confirm": True})
+    assert _fold(settings).forgotten == 1  # archived by a run
+    # "No, delete it for good": found again, shown as already forgotten, and confirmed permanently.
+    found = two.post("/v1/beings/ada/forget", json={"refs": [cat]})
+    assert found.status_code == 200, found.text
+    (candidate,) = [c for c in found.json()["candidates"] if c["ref"] == cat]
+    assert candidate["status"] == "archived"
+    body = {"proposal_id": found.json()["proposal_id"], "refs": [cat], "confirm": True, "permanent": True}
+    assert two.post("/v1/beings/ada/forget", json=body).status_code == 200
+    assert [m.op for m in read_marks(settings.loop, "ada")] == ["forget", "delete"]
+    # Once deleted, it is offered no more.
+    assert one.post("/v1/beings/ada/forget", json={"refs": [cat]}).status_code == 404
+
+
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     settings, refs, (one, _) = world
     bicycle = refs["b01"]

@@ -69,7 +69,7 @@ def trigger_proposals(service, being_id: str, episodes: list) -> list[str]:
             being_id,
             records,
             table=service.latest.get()[0],
-            fresh=service.fresh_memories(being_id),
+            fresh=service.fresh_memories(being_id, forgotten=True),
         )
     except Exception:  # noqa: BLE001 - the episodes are kept; ingestion proposes again
         log.exception("could not open forget proposals for %s", being_id)
@@ -104,7 +104,8 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
                 ask.refs or [],
                 created_by="user",
                 table=_table(request),
-                fresh=_fresh(request, being_id),
+                # Forgotten ones too: "no, delete it for good" confirms them permanently.
+                fresh=request.app.state.service.fresh_memories(being_id, forgotten=True),
             )
         elif ask.confirm:
             proposal = forget.confirm(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -161,7 +161,8 @@ def find_candidates(
     """Everything a forget of `query` and/or `refs` would reach; NotFound for an unknown ref.
 
     `fresh` are the matching memories of the caller's fresh tail (the server passes its own).
-    Memories a tombstone already hides are not offered again.
+    Memories already forgotten (soft) are offered again, with status `archived`, so that "no,
+    delete it for good" can confirm them permanently; deleted ones never.
     """
     if not (query and query.strip()) and not refs:
         raise MindflowError("say what to forget: a query, refs, or both")
@@ -171,8 +172,13 @@ def find_candidates(
     found: dict[str, Candidate] = {}
 
     def add(candidate: Candidate) -> None:
-        if candidate.ref not in found and not state.hides(candidate.ref, candidate.source_episode_ids):
-            found[candidate.ref] = candidate
+        if candidate.ref in found or state.is_deleted(candidate.ref, candidate.source_episode_ids):
+            return
+        if candidate.store in ("memory", "fresh") and state.hides(
+            candidate.ref, candidate.source_episode_ids
+        ):
+            candidate = replace(candidate, status="archived")
+        found[candidate.ref] = candidate
 
     def memory(row: dict | Memory, store: str, score: float | None = None) -> Candidate:
         m = row if isinstance(row, Memory) else Memory.from_row(row)
@@ -181,7 +187,12 @@ def find_candidates(
     facts = None
     wanted = list(dict.fromkeys(refs))
     if wanted:
-        by_ref = {r["memory_ref"]: r for r in _memory_rows(table, being_id, wanted)}
+        # A memory deleted for good is no memory any more, as every read says (404).
+        by_ref = {
+            r["memory_ref"]: r
+            for r in _memory_rows(table, being_id, wanted)
+            if not state.is_deleted(r["memory_ref"], r.get("source_episode_ids") or ())
+        }
         fresh_by_ref = {m.memory_ref: m for m in fresh}
         missing = [r for r in wanted if r not in by_ref and r not in fresh_by_ref]
         if missing:
