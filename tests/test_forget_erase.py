@@ -374,6 +374,72 @@ def test_a_permanent_forget_scrubs_every_proposal_that_holds_the_text(copy, worl
     assert proposals.get("ada", permanent_id).applied_at is not None
 
 
+def test_an_erased_episode_landed_again_is_refused_and_kept_nowhere(copy, world, tmp_path):
+    """The original file landed again after the erase (`mindflow ingest FILE`): the deleted episode
+    is not stored again, nor the same text under another id, nor its malformed copy quarantined;
+    the file moved to .done holds none of them, and the run says so. POST episodes refuses it."""
+    from mindflow.inbox import land_file
+
+    settings = copy
+    _confirm_permanent(settings)
+    [summary] = run_job(settings, "forget")
+    assert summary.success and _grep(settings.resolved_home, PHRASE) == ""
+    original = tmp_path / "episodes.jsonl"
+    broken = json.dumps({"id": "a99", "ts": "the day before yesterday", "text": SECRET})
+    again = ("a77", "2026-01-22T09:00:00Z", SECRET, "fact")  # the same text under a new id
+    a06 = ("a06", "2026-01-21T09:00:00Z", "Lena booked a train to Graz for the weekend.", "event")
+    original.write_text("\n".join([*_lines(ADA), broken, *_lines([again, a06])]) + "\n")
+    land_file(settings.inbox, original, "ada")
+
+    [ingested] = run_job(settings, "ingest")
+    assert ingested.success and "deleted=3" in ingested.changes, ingested.changes
+    run_job(settings, "form", being="ada")
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        ids = [
+            r[0]
+            for r in con.execute(
+                "SELECT episode_id FROM episodes WHERE being_id = 'ada' ORDER BY 1"
+            ).fetchall()
+        ]
+        texts = [r[0] for r in con.execute("SELECT text FROM episodes").fetchall()]
+    assert ids == ["a01", "a03", "a04", "a05", "a06"] and SECRET not in texts
+    assert not (settings.inbox / "ada").exists() or not any((settings.inbox / "ada").iterdir())
+    assert _grep(settings.resolved_home, PHRASE) == "" and _grep(settings.resolved_home, "quokka vault") == ""
+    assert world.refs["a02"] not in _refs(settings).values()
+    # A backfill reads the done files again: still nothing comes back.
+    run_job(settings, "ingest", partition="2026-01-01...2026-01-31")
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM episodes WHERE being_id = 'ada'").fetchone()[0] == 5
+
+    from mindflow.api import create_app
+    from mindflow.api.server import BackgroundServer
+
+    inbox = (
+        sorted(p.name for p in (settings.inbox / "ada").glob("*"))
+        if (settings.inbox / "ada").exists()
+        else []
+    )
+    app = create_app(settings, tokens={TOKEN: "*"})
+    with BackgroundServer(app) as server:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
+            episode = {"id": "a02", "ts": "2026-01-05T10:00:00Z", "speaker": "Lena", "text": "something else"}
+            fine = {
+                "id": "a08",
+                "ts": "2026-01-23T10:00:00Z",
+                "speaker": "Lena",
+                "text": "Lena bought bread.",
+            }
+            response = c.post("/v1/beings/ada/episodes", json={"episodes": [fine, episode]})
+    assert response.status_code == 409, response.text
+    assert "permanently forgotten" in response.text and "'a02'" in response.text
+    after = (
+        sorted(p.name for p in (settings.inbox / "ada").glob("*"))
+        if (settings.inbox / "ada").exists()
+        else []
+    )
+    assert after == inbox  # nothing written
+
+
 @pytest.mark.timeout(300)
 def test_with_a_narrative_model_the_chapter_is_told_again_by_it_without_the_secret(copy, llm_server):
     settings = copy

@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,7 @@ from mindflow.audit import AuditRow
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
 from mindflow.files import atomic_write, fsync_dir
+from mindflow.inbox import Deleted
 from mindflow.loop.proposals import Proposal, ProposalStore
 from mindflow.loop.scrub import Matcher, plain, words
 from mindflow.models import utcnow
@@ -89,6 +91,9 @@ HASHED = "sha256:"
 # lock; SOUL.md and IDENTITY.md are critical files a person approves (and hold no memories).
 _OWN_FILES = ("STORY.md", "SOUL.md", "IDENTITY.md")
 _REMOVED = "_(lines removed by a permanent forget)_\n"
+# How a DELETE audit row lists the sha256 of each deleted text (ingestion reads them back).
+_HASHES_SAID = "; sha256 of each deleted text: "
+_SHA256 = re.compile(r"\b[0-9a-f]{64}\b")
 
 
 @dataclass
@@ -256,6 +261,24 @@ def erase(
     return report
 
 
+def deleted(con: duckdb.DuckDBPyConnection, loop_dir: Path, being_id: str) -> Deleted:
+    """What the being's permanent forgets deleted, for ingestion to refuse: the episode ids of its
+    `delete` marks (set at the confirm, before the erase), and the sha256 of each text the DELETE
+    audit rows recorded (step 6), so the same text under another id is refused too."""
+    from mindflow.loop.marks import read_marks, state_of
+
+    hashes: set[str] = set()
+    for (summary,) in con.execute(
+        "SELECT summary FROM audit_log WHERE action = 'DELETE' AND target = 'table:nodes' "
+        "AND starts_with(summary, ?)",
+        [f"{being_id}: proposal "],
+    ).fetchall():
+        _, _, listed = (summary or "").partition(_HASHES_SAID)
+        hashes.update(_SHA256.findall(listed))
+    episodes = state_of(read_marks(loop_dir, being_id)).deleted_episodes
+    return Deleted(frozenset(episodes), frozenset(hashes))
+
+
 # --------------------------------------------------------------------------- 1. plan
 
 
@@ -378,56 +401,20 @@ def _inbox_files(settings: Settings, being_id: str) -> list[Path]:
     return out
 
 
-def _entry_end(lines: list[bytes], start: int) -> int:
-    """The line after a daily log entry that starts at index `start` (its body lines follow it)."""
-    end = start + 1
-    while end < len(lines):
-        stripped = lines[end].lstrip()
-        if stripped.startswith(b"#") or (stripped[:1] in (b"-", b"*") and b"[" in stripped[:4]):
-            break
-        end += 1
-    return end
-
-
 def _without_episodes(
     data: bytes, path: Path, plan: Plan, matcher: Matcher, max_chars: int
 ) -> tuple[bytes, int]:
     """The file with the lines of the deleted episodes blank (line numbers, hence the other
     episodes' source_ref and a daily log's bullet times, stay), and lines holding a whole
     deleted text (a quarantined copy) blank too."""
-    from mindflow.ingest import detect_format, episode_hash_id, parse_bytes
+    from mindflow.inbox import blank_episodes
 
-    try:
-        fmt = detect_format(path)
-    except MindflowError:
-        return data, 0
-    result = parse_bytes(data, path.name, plan.being_id, fmt, max_chars=max_chars)
-    lines = data.split(b"\n")
-    blank: set[int] = set()
-    others: set[int] = set()  # lines of episodes that stay: they must keep matching DuckDB
-    for e in result.episodes:
-        if not e.source_ref:
-            continue
-        start = int(e.source_ref.rsplit(":", 1)[1]) - 1
-        ids = {e.episode_id}
-        if fmt == "daily-md":
-            # Versions before content ids stored a daily-log bullet under the id of its time.
-            ids.add(episode_hash_id(e.being_id, e.ts, e.speaker, e.text))
-        if not ids.isdisjoint(plan.episodes):
-            end = _entry_end(lines, start) if fmt == "daily-md" else start + 1
-            blank.update(range(start, min(end, len(lines))))
-        else:
-            others.add(start)
-    if matcher:
-        for i, raw in enumerate(lines):
-            if i in blank or i in others or not raw.strip():
-                continue
-            if matcher.holds_whole(plain(raw.decode("utf-8", "replace"))):
-                blank.add(i)
-    if not blank:
-        return data, 0
-    kept = [b"" if i in blank else raw for i, raw in enumerate(lines)]
-    return b"\n".join(kept), len(blank)
+    def quotes(raw: bytes) -> bool:
+        return matcher.holds_whole(plain(raw.decode("utf-8", "replace")))
+
+    return blank_episodes(
+        data, path, plan.being_id, set(plan.episodes), max_chars=max_chars, quotes=quotes if matcher else None
+    )
 
 
 def erase_inbox(con: duckdb.DuckDBPyConnection, settings: Settings, plan: Plan, report: EraseReport) -> None:
@@ -810,7 +797,7 @@ def audit_deletion(
         summary = (
             f"{plan.being_id}: {tag}: permanently deleted {len(refs)} memories, facts and relations "
             f"({', '.join(refs) or 'none'}) and {len(plan.episodes)} episodes "
-            f"({', '.join(plan.episodes) or 'none'}); sha256 of each deleted text: "
+            f"({', '.join(plan.episodes) or 'none'}){_HASHES_SAID}"
             f"{', '.join(plan.text_hashes()) or 'none'}"
         )
         actor = proposal.decided_by or "user"
