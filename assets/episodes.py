@@ -7,6 +7,7 @@ import dagster as dg
 from assets.partitions import beings, days
 from mindflow import audit
 from mindflow.inbox import ingest
+from mindflow.loop import erase
 from mindflow.loop.forget import propose_ingested
 from mindflow.models import utcnow
 from mindflow.resources import DuckDBResource, MindflowHome
@@ -18,7 +19,7 @@ from mindflow.resources import DuckDBResource, MindflowHome
     pool="duckdb",
     group_name="ingest",
     kinds={"duckdb"},
-    code_version="2",
+    code_version="3",
 )
 def episodes(
     context: dg.AssetExecutionContext, duckdb: DuckDBResource, mindflow_home: MindflowHome
@@ -57,6 +58,8 @@ def episodes(
             days=set(run_days),
             max_chars=settings.max_episode_chars,
             before_storing=register,
+            # A permanent forget is final: its episodes are never stored again, nor their lines kept.
+            deleted=lambda being_id: erase.deleted(con, settings.loop, being_id),
         )
         # "Forget about ..." in a dropped file waits for a person like one sent to the API.
         proposals = propose_ingested(con, settings, started)
@@ -82,6 +85,11 @@ def episodes(
         context.log.warning(
             f"{report.quarantined} malformed lines quarantined: {', '.join(report.quarantine_files)}"
         )
+    if report.deleted:
+        context.log.info(
+            f"{report.deleted} episodes not stored: they were permanently forgotten "
+            "(their lines left out of the files moved to inbox/.done)"
+        )
     preview = "\n".join(
         ["| being | new episodes |", "|---|---|"]
         + [f"| {b} | {n} |" for b, n in sorted(report.new_per_being.items())]
@@ -95,6 +103,8 @@ def episodes(
             "duplicates": report.duplicates,
             "quarantined": report.quarantined,
             "heartbeats_skipped": report.heartbeats,
+            # Only when some were refused: `mindflow run` prints it then (deleted=1).
+            **({"deleted": report.deleted} if report.deleted else {}),
             **integrity.metadata(),
             "files_parsed": report.files,
             "files_done": report.moved_to_done,

@@ -68,6 +68,37 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@dataclass(frozen=True)
+class Deleted:
+    """What a being's permanent forgets deleted, as ingestion must refuse it: the episode ids (its
+    marks) and the sha256 of each deleted text (its DELETE audit rows), never a text."""
+
+    episode_ids: frozenset[str] = frozenset()
+    text_sha256: frozenset[str] = frozenset()
+
+    def refuses(self, episode: Episode) -> bool:
+        """The episode was deleted for good: by its id, or its very text under another id."""
+        if episode.episode_id in self.episode_ids:
+            return True
+        return bool(self.text_sha256) and _sha256(episode.text.encode("utf-8")) in self.text_sha256
+
+    def quotes(self, raw: str) -> bool:
+        """A line that is no episode (it would be quarantined) holds a deleted episode: its id, or
+        its text as the `text` field."""
+        if not (self.episode_ids or self.text_sha256):
+            return False
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            return False
+        if not isinstance(record, dict):
+            return False
+        text = record.get("text")
+        return record.get("id") in self.episode_ids or (
+            isinstance(text, str) and _sha256(text.encode("utf-8")) in self.text_sha256
+        )
+
+
 def inbox_lock(inbox: Path, being_id: str, timeout: float) -> FileLock:
     """The lock held to append to or move one of a being's inbox files: one per being, outside its folder.
 
@@ -130,6 +161,68 @@ def land_file(
         first_day=min(days) if days else None,
         last_day=max(days) if days else None,
     )
+
+
+def _entry_end(lines: list[bytes], start: int) -> int:
+    """The line after a daily log entry that starts at index `start` (its body lines follow it)."""
+    end = start + 1
+    while end < len(lines):
+        stripped = lines[end].lstrip()
+        if stripped.startswith(b"#") or (stripped[:1] in (b"-", b"*") and b"[" in stripped[:4]):
+            break
+        end += 1
+    return end
+
+
+def blank_episodes(
+    data: bytes,
+    path: Path,
+    being_id: str,
+    episode_ids: set[str],
+    *,
+    max_chars: int = MAX_EPISODE_CHARS,
+    quotes: Callable[[bytes], bool] | None = None,
+) -> tuple[bytes, int]:
+    """The inbox file `data` with the lines of `episode_ids` blank, and how many lines were blanked.
+
+    Line numbers stay, hence the other episodes' source_ref and a daily log's bullet times. A
+    daily-log entry loses its body lines too. `quotes` picks further lines to blank among those of
+    no episode that stays (a quarantined copy of a deleted text). What a permanent forget erased
+    leaves no line behind this way, in the erase and at ingestion alike.
+    """
+    from mindflow.ingest import episode_hash_id
+
+    try:
+        fmt = detect_format(path)
+    except MindflowError:
+        return data, 0
+    result = parse_bytes(data, path.name, being_id, fmt, max_chars=max_chars)
+    lines = data.split(b"\n")
+    blank: set[int] = set()
+    others: set[int] = set()  # lines of episodes that stay: they must keep matching DuckDB
+    for e in result.episodes:
+        if not e.source_ref:
+            continue
+        start = int(e.source_ref.rsplit(":", 1)[1]) - 1
+        ids = {e.episode_id}
+        if fmt == "daily-md":
+            # Versions before content ids stored a daily-log bullet under the id of its time.
+            ids.add(episode_hash_id(e.being_id, e.ts, e.speaker, e.text))
+        if not ids.isdisjoint(episode_ids):
+            end = _entry_end(lines, start) if fmt == "daily-md" else start + 1
+            blank.update(range(start, min(end, len(lines))))
+        else:
+            others.add(start)
+    if quotes is not None:
+        for i, raw in enumerate(lines):
+            if i in blank or i in others or not raw.strip():
+                continue
+            if quotes(raw):
+                blank.add(i)
+    if not blank:
+        return data, 0
+    kept = [b"" if i in blank else raw for i, raw in enumerate(lines)]
+    return b"\n".join(kept), len(blank)
 
 
 def _free_name(folder: Path, name: str, sha: str) -> Path | None:
@@ -247,6 +340,7 @@ class IngestReport:
     out_of_range: int = 0
     quarantined: int = 0
     heartbeats: int = 0
+    deleted: int = 0  # lines refused: a permanent forget deleted their episode
     moved_to_done: int = 0
     beings: set[str] = field(default_factory=set)
     new_per_being: dict[str, int] = field(default_factory=dict)
@@ -332,6 +426,7 @@ def ingest(
     max_chars: int = MAX_EPISODE_CHARS,
     days: set[date] | None = None,
     before_storing: Callable[[set[str]], None] | None = None,
+    deleted: Callable[[str], Deleted] | None = None,
 ) -> IngestReport:
     """Upsert the episodes of days [start, end] (only `days` of them, when given) from pending and done
     inbox files. `before_storing` is called with the beings of the episodes about to be stored,
@@ -342,6 +437,10 @@ def ingest(
     this run or earlier ones; until then it waits for runs covering its other days. Episodes are keyed
     by (being_id, episode_id), so the same content ingested twice adds nothing; an id
     sent again with other text is quarantined.
+
+    `deleted` tells what a being's permanent forgets deleted: such an episode (its id, or its
+    text under another id) is never stored again nor quarantined, and a pending file moves to
+    `.done` without its lines, so the text is kept nowhere (`report.deleted` counts them).
     """
     now = now or utcnow()
     report = IngestReport()
@@ -363,6 +462,9 @@ def ingest(
             continue
         parsed.append((landed, parse_landed(landed, max_chars=max_chars), is_pending))
 
+    refused: dict[Path, tuple[set[str], Deleted]] = {}
+    if deleted is not None:
+        parsed, report.deleted = _without_deleted(parsed, deleted, refused)
     selected: list[Episode] = []
     finished: list[tuple[LandedFile, ParseResult]] = []
     waiting: list[tuple[LandedFile, ParseResult, list[Episode]]] = []
@@ -404,8 +506,39 @@ def ingest(
     # A file whose other days earlier runs already ingested is done as well.
     finished += [(landed, result) for landed, result, rest in waiting if _all_stored(con, rest)]
     for landed, result in finished:
-        report.moved_to_done += _record_and_move(con, inbox, landed, result, now)
+        report.moved_to_done += _record_and_move(
+            con, inbox, landed, result, now, refused.get(landed.path), max_chars
+        )
     return report
+
+
+def _without_deleted(
+    parsed: list[tuple[LandedFile, ParseResult, bool]],
+    deleted: Callable[[str], Deleted],
+    refused: dict[Path, tuple[set[str], Deleted]],
+) -> tuple[list[tuple[LandedFile, ParseResult, bool]], int]:
+    """The parses without the episodes a permanent forget deleted, and without malformed lines
+    holding one (quarantine would keep the text); `refused` gets, per file, the ids to blank and
+    what the being's forgets deleted. Returns the parses and how many lines were refused."""
+    known: dict[str, Deleted] = {}
+    out, count = [], 0
+    for landed, result, is_pending in parsed:
+        gone = known.get(landed.being_id)
+        if gone is None:
+            gone = known[landed.being_id] = deleted(landed.being_id)
+        dropped = {id(e) for e in result.episodes if gone.refuses(e)}
+        quoted = {id(q) for q in result.quarantined if gone.quotes(q.raw)}
+        if not dropped and not quoted:
+            out.append((landed, result, is_pending))
+            continue
+        count += len(dropped) + len(quoted)
+        ids = {e.episode_id for e in result.episodes if id(e) in dropped}
+        refused[landed.path] = (ids, gone)
+        # A new ParseResult: the one from parse_landed is shared through its cache.
+        kept = [e for e in result.episodes if id(e) not in dropped]
+        quarantined = [q for q in result.quarantined if id(q) not in quoted]
+        out.append((landed, ParseResult(kept, quarantined, result.heartbeats), is_pending))
+    return out, count
 
 
 def _without_reused_ids(
@@ -533,20 +666,47 @@ def _counts_per_being(con: duckdb.DuckDBPyConnection, beings: set[str]) -> dict[
 
 
 def _record_and_move(
-    con: duckdb.DuckDBPyConnection, inbox: Path, landed: LandedFile, result: ParseResult, now: datetime
+    con: duckdb.DuckDBPyConnection,
+    inbox: Path,
+    landed: LandedFile,
+    result: ParseResult,
+    now: datetime,
+    refused: tuple[set[str], Deleted] | None = None,
+    max_chars: int = MAX_EPISODE_CHARS,
 ) -> bool:
-    """Move an ingested file to `.done` and record it; False when it changed since it was read."""
+    """Move an ingested file to `.done` and record it; False when it changed since it was read.
+
+    With `refused` (episodes a permanent forget deleted) the file goes without their lines.
+    """
     days = [e.day for e in result.episodes]
+    sha = landed.sha256
     # Writers (the read API's POST episodes) append under this lock: hold it, and leave a
     # file that grew since it was read for the next run, so no appended line is lost.
     with inbox_lock(inbox, landed.being_id, timeout=60):
-        if _sha256(landed.path.read_bytes()) != landed.sha256:
+        data = landed.path.read_bytes()
+        if _sha256(data) != landed.sha256:
             return False
-        target = _free_name(inbox / DONE / landed.being_id, landed.path.name, landed.sha256)
+        if refused:
+            ids, gone = refused
+            data, _ = blank_episodes(
+                data,
+                landed.path,
+                landed.being_id,
+                ids,
+                max_chars=max_chars,
+                quotes=lambda raw: gone.quotes(raw.decode("utf-8", "replace")),
+            )
+            sha = _sha256(data)
+        target = _free_name(inbox / DONE / landed.being_id, landed.path.name, sha)
         file_name = landed.path.name
         if target is not None:
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(landed.path), target)
+            if refused:
+                # Written whole, then the landed file goes: a kill in between lands it again.
+                atomic_write(target, data)
+                landed.path.unlink()
+            else:
+                shutil.move(str(landed.path), target)
             file_name = str(target.relative_to(inbox / DONE / landed.being_id))
         else:
             landed.path.unlink()
@@ -556,7 +716,7 @@ def _record_and_move(
         [
             landed.being_id,
             file_name,
-            landed.sha256,
+            sha,
             landed.fmt,
             min(days) if days else None,
             max(days) if days else None,

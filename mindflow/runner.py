@@ -95,7 +95,7 @@ _MONTH = re.compile(r"^\d{4}-\d{2}$")
 
 # What a run changed, as the CLI prints it: metadata keys per asset.
 SUMMARY_KEYS = {
-    "episodes": ("new", "duplicates", "quarantined", "heartbeats_skipped"),
+    "episodes": ("new", "duplicates", "quarantined", "heartbeats_skipped", "deleted"),
     "nodes": ("new", "dying", "revived"),
     "clusters": ("merged_to_sibling", "merged_to_root", "deleted"),
     "decay_scores": ("active", "fading", "dormant", "archived"),

@@ -215,7 +215,7 @@ def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
     applied = ProposalStore(settings.proposals).get("ada", proposal_id)
     with store.connect(settings.duckdb_path) as con:
         again = erase(settings, con, "ada", [applied], run_id="again")
-    assert again.steps == list(STEPS[:8])
+    assert again.steps == list(STEPS[:9])
     work = {k: v for k, v in again.counts().items() if k not in ("proposals", "refs", "episodes", "seconds")}
     assert not any(work.values()), work
     assert _git(settings, "rev-parse", "HEAD") == head
@@ -314,6 +314,130 @@ def test_a_permanent_forget_rejects_the_reflection_proposals_that_cite_it(copy, 
     assert proposals.get("ada", merge.proposal_id).payload["memories"][kept].startswith("sha256:")
     assert proposals.get("ada", other.proposal_id).status == "pending"  # cites nothing erased
     assert proposals.get("ada", other.proposal_id).payload["memories"] == {world.refs["a04"]: "cello"}
+
+
+def test_a_permanent_forget_scrubs_every_proposal_that_holds_the_text(copy, world):
+    """Earlier forgets of the same memory (pending, rejected, one that found nothing) and proposals
+    quoting it keep only hashes: their candidates, their queries, a sub-agent's content."""
+    settings = copy
+    proposals = ProposalStore(settings.proposals)
+    left_pending = forget.propose(settings, "ada", "quokka vault code")
+    assert any(PHRASE in c["text"] for c in left_pending.payload["candidates"])
+    rejected = forget.propose(settings, "ada", "the quokka vault")
+    forget.reject(settings, "ada", rejected.proposal_id)
+    # Asked for before the memory was formed: no candidates, the query alone says it.
+    nothing = proposals.create(
+        "ada", "forget", {"query": PHRASE, "refs": [], "candidates": [], "permanent": False}, "user"
+    )
+    # A soft forget of the MEMORY.md line, approved earlier: the line's text is its candidate.
+    line = next(x for x in (settings.workspace / "ada" / "MEMORY.md").read_text().splitlines() if PHRASE in x)
+    soft = proposals.create(
+        "ada",
+        "forget",
+        {
+            "query": "vault",
+            "candidates": [{"ref": "MEMORY.md:9", "store": "memory_md", "text": line[2:], "status": None}],
+            "permanent": False,
+        },
+        "user",
+    )
+    proposals.decide("ada", soft.proposal_id, "approved", "user")
+    memory = proposals.create(
+        "ada",
+        "memory",
+        {"content": f"Lena said: {SECRET}", "value": PHRASE, "entity": "Lena", "key": "vault code"},
+        "subagent:scribe",
+    )
+    kept = proposals.create(
+        "ada",
+        "archive",
+        {"refs": [world.refs["a04"]], "memories": {world.refs["a04"]: "cello"}},
+        "reflection:r-1",
+    )
+    permanent_id = _confirm_permanent(settings)
+
+    [summary] = run_job(settings, "forget")
+    assert summary.success
+    _everything_gone(settings)  # the proposals folder included
+    for p in (left_pending, rejected, nothing, soft):
+        payload = proposals.get("ada", p.proposal_id).payload
+        assert payload["query"].startswith("sha256:"), p.payload["query"]
+    assert proposals.get("ada", left_pending.proposal_id).status == "pending"  # still the person's to decide
+    assert proposals.get("ada", soft.proposal_id).payload["candidates"][0]["text"].startswith("sha256:")
+    assert proposals.get("ada", nothing.proposal_id).payload["query"] == (
+        "sha256:" + hashlib.sha256(PHRASE.encode()).hexdigest()
+    )
+    decided = proposals.get("ada", memory.proposal_id)
+    assert (decided.status, decided.decided_by) == ("rejected", "forget")
+    assert decided.payload["content"].startswith("sha256:") and decided.payload["value"].startswith("sha256:")
+    assert proposals.get("ada", kept.proposal_id).payload == kept.payload  # holds nothing erased
+    assert proposals.get("ada", permanent_id).applied_at is not None
+
+
+def test_an_erased_episode_landed_again_is_refused_and_kept_nowhere(copy, world, tmp_path):
+    """The original file landed again after the erase (`mindflow ingest FILE`): the deleted episode
+    is not stored again, nor the same text under another id, nor its malformed copy quarantined;
+    the file moved to .done holds none of them, and the run says so. POST episodes refuses it."""
+    from mindflow.inbox import land_file
+
+    settings = copy
+    _confirm_permanent(settings)
+    [summary] = run_job(settings, "forget")
+    assert summary.success and _grep(settings.resolved_home, PHRASE) == ""
+    original = tmp_path / "episodes.jsonl"
+    broken = json.dumps({"id": "a99", "ts": "the day before yesterday", "text": SECRET})
+    again = ("a77", "2026-01-22T09:00:00Z", SECRET, "fact")  # the same text under a new id
+    a06 = ("a06", "2026-01-21T09:00:00Z", "Lena booked a train to Graz for the weekend.", "event")
+    original.write_text("\n".join([*_lines(ADA), broken, *_lines([again, a06])]) + "\n")
+    land_file(settings.inbox, original, "ada")
+
+    [ingested] = run_job(settings, "ingest")
+    assert ingested.success and "deleted=3" in ingested.changes, ingested.changes
+    run_job(settings, "form", being="ada")
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        ids = [
+            r[0]
+            for r in con.execute(
+                "SELECT episode_id FROM episodes WHERE being_id = 'ada' ORDER BY 1"
+            ).fetchall()
+        ]
+        texts = [r[0] for r in con.execute("SELECT text FROM episodes").fetchall()]
+    assert ids == ["a01", "a03", "a04", "a05", "a06"] and SECRET not in texts
+    assert not (settings.inbox / "ada").exists() or not any((settings.inbox / "ada").iterdir())
+    assert _grep(settings.resolved_home, PHRASE) == "" and _grep(settings.resolved_home, "quokka vault") == ""
+    assert world.refs["a02"] not in _refs(settings).values()
+    # A backfill reads the done files again: still nothing comes back.
+    run_job(settings, "ingest", partition="2026-01-01...2026-01-31")
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM episodes WHERE being_id = 'ada'").fetchone()[0] == 5
+
+    from mindflow.api import create_app
+    from mindflow.api.server import BackgroundServer
+
+    inbox = (
+        sorted(p.name for p in (settings.inbox / "ada").glob("*"))
+        if (settings.inbox / "ada").exists()
+        else []
+    )
+    app = create_app(settings, tokens={TOKEN: "*"})
+    with BackgroundServer(app) as server:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
+            episode = {"id": "a02", "ts": "2026-01-05T10:00:00Z", "speaker": "Lena", "text": "something else"}
+            fine = {
+                "id": "a08",
+                "ts": "2026-01-23T10:00:00Z",
+                "speaker": "Lena",
+                "text": "Lena bought bread.",
+            }
+            response = c.post("/v1/beings/ada/episodes", json={"episodes": [fine, episode]})
+    assert response.status_code == 409, response.text
+    assert "permanently forgotten" in response.text and "'a02'" in response.text
+    after = (
+        sorted(p.name for p in (settings.inbox / "ada").glob("*"))
+        if (settings.inbox / "ada").exists()
+        else []
+    )
+    assert after == inbox  # nothing written
 
 
 @pytest.mark.timeout(300)

@@ -357,6 +357,7 @@ def create_app(
         tags=["episodes"],
         responses={
             **errors(*BODY),
+            409: {"model": models.ErrorResponse, "description": "An episode was permanently forgotten."},
             503: {"model": models.ErrorResponse, "description": "Inbox busy; retry."},
         },
     )
@@ -369,7 +370,13 @@ def create_app(
         if len(body.episodes) > limit:
             raise MindflowError(f"{len(body.episodes):,} episodes in one request; the limit is {limit:,}")
         records = [e.model_dump(exclude_none=True) for e in body.episodes]
-        report = append_episodes(settings.inbox, being_id, records, max_chars=settings.max_episode_chars)
+        report = append_episodes(
+            settings.inbox,
+            being_id,
+            records,
+            max_chars=settings.max_episode_chars,
+            deleted=service.marks.state(being_id).deleted_episodes,
+        )
         # Recalled from the very next request of this server (others find the file within a second).
         service.tail.add(being_id, report.episodes)
         proposals = trigger_proposals(service, being_id, report.episodes)

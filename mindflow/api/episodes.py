@@ -11,7 +11,7 @@ from typing import Any
 from filelock import Timeout
 
 from mindflow.config import MAX_EPISODE_CHARS
-from mindflow.errors import MindflowError
+from mindflow.errors import Conflict, MindflowError
 from mindflow.files import append_lines
 from mindflow.inbox import inbox_lock, validate_being_id
 from mindflow.ingest import parse_bytes
@@ -59,11 +59,13 @@ def append_episodes(
     now: datetime | None = None,
     *,
     max_chars: int = MAX_EPISODE_CHARS,
+    deleted: frozenset[str] = frozenset(),
 ) -> AppendReport:
     """Validate every episode with the inbox JSONL parser, then append them all or nothing.
 
     An episode without an id is written with the id the parser derived, so the
-    ingestion of the file stores exactly the ids returned here.
+    ingestion of the file stores exactly the ids returned here. An episode of `deleted` (ids a
+    permanent forget deleted) is refused (Conflict): none is written.
     """
     validate_being_id(being_id)
     file_name = api_file_name(now or utcnow())
@@ -75,6 +77,11 @@ def append_episodes(
     if result.quarantined:
         problems = [{"index": q.line - 1, "reason": q.reason} for q in result.quarantined]
         raise InvalidEpisodes(problems, len(episodes))
+    if gone := [e.episode_id for e in result.episodes if e.episode_id in deleted]:
+        raise Conflict(
+            f"episode {gone[0]!r} of {being_id} was permanently forgotten and is never stored again; "
+            f"send the request without it ({len(gone)} such; none of the {len(episodes)} was written)"
+        )
     parsed = {int(e.source_ref.rsplit(":", 1)[1]): e for e in result.episodes}
     lines, ids = [], []
     for index, record in enumerate(episodes):

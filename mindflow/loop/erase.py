@@ -20,16 +20,20 @@ memories on every server at once) is carried out by the `forget` job, in this or
    rows, so the next index reads the rewritten files;
 6. audit: one DELETE row with the refs and the sha256 of each deleted text, never the text;
 7. git: the workspace history rewritten so no commit holds a text, old objects pruned;
-8. duckdb: the rows deleted, history rows of the refs kept without their content plus a
+8. proposal_texts: every proposal of the being (any kind, any status) scrubbed: each text
+   that holds a deleted text (or is one, by its sha256) replaced by its sha256, as are the
+   candidates of an erased memory and the query of a forget that found one; an open
+   reflection or sub-agent proposal citing what goes is rejected;
+9. duckdb: the rows deleted, history rows of the refs kept without their content plus a
    `deleted` tombstone each, embedding cache rows dropped; memory_history republished;
-9. duckdb_file: the file copied into a new one and swapped in, so no freed block keeps
+10. duckdb_file: the file copied into a new one and swapped in, so no freed block keeps
    the deleted bytes (`rewrite_duckdb`);
-10. proposal: texts in the being's proposals replaced by their sha256, the proposal applied.
+11. proposal: the permanent forgets marked applied.
 
-Every text the later steps need is read in step 1 from DuckDB, which keeps it until step 8;
-after that no step needs one. Each step finds what is left to do from the stores
-themselves, so a run killed anywhere and run again finishes the job, and a finished step
-does nothing; the proposal is marked applied last.
+Every text the later steps need is read in step 1 from DuckDB, which keeps it until step 9;
+after that no step needs one (so the proposals are scrubbed before it). Each step finds what
+is left to do from the stores themselves, so a run killed anywhere and run again finishes the
+job, and a finished step does nothing; the proposal is marked applied last.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,8 +59,9 @@ from mindflow.audit import AuditRow
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
 from mindflow.files import atomic_write, fsync_dir
+from mindflow.inbox import Deleted
 from mindflow.loop.proposals import Proposal, ProposalStore
-from mindflow.loop.scrub import Matcher, plain
+from mindflow.loop.scrub import Matcher, plain, words
 from mindflow.models import utcnow
 
 STEPS = (
@@ -66,6 +72,7 @@ STEPS = (
     "workspace",
     "audit",
     "git",
+    "proposal_texts",
     "duckdb",
     "duckdb_file",
     "proposal",
@@ -84,6 +91,9 @@ HASHED = "sha256:"
 # lock; SOUL.md and IDENTITY.md are critical files a person approves (and hold no memories).
 _OWN_FILES = ("STORY.md", "SOUL.md", "IDENTITY.md")
 _REMOVED = "_(lines removed by a permanent forget)_\n"
+# How a DELETE audit row lists the sha256 of each deleted text (ingestion reads them back).
+_HASHES_SAID = "; sha256 of each deleted text: "
+_SHA256 = re.compile(r"\b[0-9a-f]{64}\b")
 
 
 @dataclass
@@ -121,6 +131,7 @@ class EraseReport:
     workspace_lines: int = 0
     commits_rewritten: int = 0
     blobs_rewritten: int = 0
+    proposal_texts: int = 0  # proposals whose texts were replaced by their sha256
     # the DuckDB file
     duckdb_bytes_before: int = 0
     duckdb_bytes_after: int = 0
@@ -225,7 +236,7 @@ def erase(
     *,
     llm=None,
 ) -> EraseReport:
-    """Steps 1-8 for one being (the ones that need a DuckDB connection), in their order."""
+    """Steps 1-9 for one being (the ones that need a DuckDB connection), in their order."""
     report = EraseReport(proposals=len(proposals))
     plan = make_plan(con, being_id, proposals)
     report.steps.append("plan")
@@ -243,9 +254,29 @@ def erase(
     report.steps.append("audit")
     rewrite_history(settings, plan, report, run_id)
     report.steps.append("git")
+    scrub_proposals(settings, plan, report)
+    report.steps.append("proposal_texts")
     erase_duckdb(con, settings, plan, report, run_id)
     report.steps.append("duckdb")
     return report
+
+
+def deleted(con: duckdb.DuckDBPyConnection, loop_dir: Path, being_id: str) -> Deleted:
+    """What the being's permanent forgets deleted, for ingestion to refuse: the episode ids of its
+    `delete` marks (set at the confirm, before the erase), and the sha256 of each text the DELETE
+    audit rows recorded (step 6), so the same text under another id is refused too."""
+    from mindflow.loop.marks import read_marks, state_of
+
+    hashes: set[str] = set()
+    for (summary,) in con.execute(
+        "SELECT summary FROM audit_log WHERE action = 'DELETE' AND target = 'table:nodes' "
+        "AND starts_with(summary, ?)",
+        [f"{being_id}: proposal "],
+    ).fetchall():
+        _, _, listed = (summary or "").partition(_HASHES_SAID)
+        hashes.update(_SHA256.findall(listed))
+    episodes = state_of(read_marks(loop_dir, being_id)).deleted_episodes
+    return Deleted(frozenset(episodes), frozenset(hashes))
 
 
 # --------------------------------------------------------------------------- 1. plan
@@ -370,56 +401,20 @@ def _inbox_files(settings: Settings, being_id: str) -> list[Path]:
     return out
 
 
-def _entry_end(lines: list[bytes], start: int) -> int:
-    """The line after a daily log entry that starts at index `start` (its body lines follow it)."""
-    end = start + 1
-    while end < len(lines):
-        stripped = lines[end].lstrip()
-        if stripped.startswith(b"#") or (stripped[:1] in (b"-", b"*") and b"[" in stripped[:4]):
-            break
-        end += 1
-    return end
-
-
 def _without_episodes(
     data: bytes, path: Path, plan: Plan, matcher: Matcher, max_chars: int
 ) -> tuple[bytes, int]:
     """The file with the lines of the deleted episodes blank (line numbers, hence the other
     episodes' source_ref and a daily log's bullet times, stay), and lines holding a whole
     deleted text (a quarantined copy) blank too."""
-    from mindflow.ingest import detect_format, episode_hash_id, parse_bytes
+    from mindflow.inbox import blank_episodes
 
-    try:
-        fmt = detect_format(path)
-    except MindflowError:
-        return data, 0
-    result = parse_bytes(data, path.name, plan.being_id, fmt, max_chars=max_chars)
-    lines = data.split(b"\n")
-    blank: set[int] = set()
-    others: set[int] = set()  # lines of episodes that stay: they must keep matching DuckDB
-    for e in result.episodes:
-        if not e.source_ref:
-            continue
-        start = int(e.source_ref.rsplit(":", 1)[1]) - 1
-        ids = {e.episode_id}
-        if fmt == "daily-md":
-            # Versions before content ids stored a daily-log bullet under the id of its time.
-            ids.add(episode_hash_id(e.being_id, e.ts, e.speaker, e.text))
-        if not ids.isdisjoint(plan.episodes):
-            end = _entry_end(lines, start) if fmt == "daily-md" else start + 1
-            blank.update(range(start, min(end, len(lines))))
-        else:
-            others.add(start)
-    if matcher:
-        for i, raw in enumerate(lines):
-            if i in blank or i in others or not raw.strip():
-                continue
-            if matcher.holds_whole(plain(raw.decode("utf-8", "replace"))):
-                blank.add(i)
-    if not blank:
-        return data, 0
-    kept = [b"" if i in blank else raw for i, raw in enumerate(lines)]
-    return b"\n".join(kept), len(blank)
+    def quotes(raw: bytes) -> bool:
+        return matcher.holds_whole(plain(raw.decode("utf-8", "replace")))
+
+    return blank_episodes(
+        data, path, plan.being_id, set(plan.episodes), max_chars=max_chars, quotes=quotes if matcher else None
+    )
 
 
 def erase_inbox(con: duckdb.DuckDBPyConnection, settings: Settings, plan: Plan, report: EraseReport) -> None:
@@ -802,7 +797,7 @@ def audit_deletion(
         summary = (
             f"{plan.being_id}: {tag}: permanently deleted {len(refs)} memories, facts and relations "
             f"({', '.join(refs) or 'none'}) and {len(plan.episodes)} episodes "
-            f"({', '.join(plan.episodes) or 'none'}); sha256 of each deleted text: "
+            f"({', '.join(plan.episodes) or 'none'}){_HASHES_SAID}"
             f"{', '.join(plan.text_hashes()) or 'none'}"
         )
         actor = proposal.decided_by or "user"
@@ -901,7 +896,7 @@ def rewrite_history(settings: Settings, plan: Plan, report: EraseReport, run_id:
         )
 
 
-# --------------------------------------------------------------------------- 8. DuckDB rows
+# --------------------------------------------------------------------------- 9. DuckDB rows
 
 _HISTORY_COLUMNS = "(history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)"
 
@@ -1008,7 +1003,7 @@ def erase_duckdb(
             _cleanup(db.open_table(memory_history.TABLE))  # one version, as step 4 left it
 
 
-# --------------------------------------------------------------------------- 9. the DuckDB file
+# --------------------------------------------------------------------------- 10. the DuckDB file
 
 
 def _tmp_path(settings: Settings) -> Path:
@@ -1065,7 +1060,7 @@ def rewrite_duckdb(settings: Settings) -> tuple[int, int, float]:
     return before, after, time.monotonic() - started
 
 
-# --------------------------------------------------------------------------- 10. the proposals
+# --------------------------------------------------------------------------- 8 and 11. the proposals
 
 
 def _hashed(text: str | None) -> str | None:
@@ -1074,51 +1069,102 @@ def _hashed(text: str | None) -> str | None:
     return HASHED + sha256(text)
 
 
-def finish(settings: Settings, being_id: str, proposals: list[Proposal], run_id: str | None) -> None:
-    """The texts in the being's proposals replaced by their sha256; the permanent forgets applied."""
+def _scrubbed(value, picks: Callable[[str], bool]):
+    """`value` with every string `picks` chooses replaced by its sha256, at any depth (dict keys are
+    refs: kept)."""
+    if isinstance(value, str):
+        return _hashed(value) if picks(value) else value
+    if isinstance(value, list):
+        return [_scrubbed(v, picks) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, picks) for k, v in value.items()}
+    return value
+
+
+class _Deleted:
+    """What a proposal's strings are tested against: the deleted texts, their sha256, refs and episodes."""
+
+    def __init__(self, plan: Plan):
+        self.matcher = plan.matcher
+        self.hashes = set(plan.text_hashes())
+        self.refs = plan.refs
+        self.episodes = set(plan.episodes)
+        self.applying = {p.proposal_id for p in plan.proposals}
+        self.worded = [" " + " ".join(words(t)) + " " for t in plan.texts if t and not t.startswith(HASHED)]
+
+    def holds(self, text: str) -> bool:
+        """The text is a deleted one, or derived from one (shares a run of words with it)."""
+        if not text or text.startswith(HASHED):
+            return False
+        return sha256(text) in self.hashes or self.matcher.holds(text)
+
+    def asked_for(self, query: str) -> bool:
+        """A forget's query is words of a deleted text ("tangerinewolf", "bank PIN hint"):
+        kept, it would tell what was deleted."""
+        from mindflow.loop.forget import _terms
+
+        if not query or query.startswith(HASHED) or not _terms(query):
+            return False
+        asked = " " + " ".join(words(query)) + " "
+        return self.holds(query) or any(asked in text for text in self.worded)
+
+    def names(self, candidate: dict) -> bool:
+        return candidate.get("ref") in self.refs or bool(
+            set(candidate.get("source_episode_ids") or []) & self.episodes
+        )
+
+
+def scrub_proposals(settings: Settings, plan: Plan, report: EraseReport) -> None:
+    """Every proposal of the being keeps, of what goes, only sha256: whatever its kind and status.
+
+    Runs while DuckDB still holds the deleted texts (step 9 removes them): a run killed after it
+    finds nothing left to scrub, one killed during it scrubs the rest with the same texts.
+    """
     store_ = ProposalStore(settings.proposals)
-    refs, episodes = _targets(proposals)
-    applying = {p.proposal_id for p in proposals}
-    for proposal in store_.list(being_id):
-        payload = dict(proposal.payload)
-        candidates = []
-        changed = False
-        for c in payload.get("candidates") or []:
-            touched = (
-                proposal.proposal_id in applying
-                or c.get("ref") in refs
-                or bool(set(c.get("source_episode_ids") or []) & episodes)
-            )
-            if touched and c.get("text") and not str(c["text"]).startswith(HASHED):
-                c = {**c, "text": _hashed(c["text"])}
-                changed = True
-            candidates.append(c)
-        if "candidates" in payload:
-            payload["candidates"] = candidates
-        if (
-            proposal.proposal_id in applying
-            and payload.get("query")
-            and not str(payload["query"]).startswith(HASHED)
-        ):
-            payload["query"] = _hashed(payload["query"])
-            changed = True
-        if changed:
-            store_.rewrite(being_id, proposal.proposal_id, payload)
-        scrubbed = _scrub_reflection(proposal, refs, episodes)
-        if scrubbed is not None:
-            if proposal.status in ("pending", "deferred"):
-                # Nobody may approve a change built on what the person had erased.
-                store_.decide(being_id, proposal.proposal_id, "rejected", "forget", payload=scrubbed)
-            else:
-                store_.rewrite(being_id, proposal.proposal_id, scrubbed)
-    for proposal in proposals:
-        store_.mark_applied(being_id, proposal.proposal_id, run_id)
+    deleted = _Deleted(plan)
+    for proposal in store_.list(plan.being_id):
+        if proposal.kind == "forget":
+            payload, decide = _scrub_forget(proposal, deleted), False
+        else:
+            payload, decide = _scrub_other(proposal, deleted)
+        if payload == proposal.payload and not decide:
+            continue
+        report.proposal_texts += 1
+        if decide:
+            # Nobody may approve a change built on what the person had erased.
+            store_.decide(plan.being_id, proposal.proposal_id, "rejected", "forget", payload=payload)
+        else:
+            store_.rewrite(plan.being_id, proposal.proposal_id, payload)
 
 
-def _scrub_reflection(proposal: Proposal, refs: set[str], episodes: set[str]) -> dict | None:
-    """A reflection or sub-agent proposal citing an erased memory, fact or episode, with its texts
-    replaced by their sha256 (None when it cites none). A pending MEMORY.md rewrite was composed
-    before the erase and may quote it: it counts as citing."""
+def _scrub_forget(proposal: Proposal, deleted: _Deleted) -> dict:
+    """A forget's candidates of what goes (or holding it) hashed, and its query when it found one
+    of them or asked for a deleted text's words; a forget with no candidates too."""
+    payload = dict(proposal.payload)
+    mine = proposal.proposal_id in deleted.applying
+    candidates, found = [], mine
+    for c in payload.get("candidates") or []:
+        named = deleted.names(c)
+        found |= named
+        if (mine or named or deleted.holds(str(c.get("text") or ""))) and c.get("text"):
+            c = {**c, "text": _hashed(str(c["text"]))}
+        candidates.append(_scrubbed(c, deleted.holds))
+    if "candidates" in payload:
+        payload["candidates"] = candidates
+    query = payload.get("query")
+    if isinstance(query, str) and (found or deleted.asked_for(query)):
+        payload["query"] = _hashed(query)
+    return _scrubbed(payload, deleted.holds)
+
+
+# Free text of reflection's and sub-agents' proposals: hashed whole once the proposal cites what goes.
+_TEXT_KEYS = ("text", "diff", "content", "reason", "value", "keep_value", "name", "trigger", "notes")
+
+
+def _scrub_other(proposal: Proposal, deleted: _Deleted) -> tuple[dict, bool]:
+    """A reflection, procedure or sub-agent proposal with the texts that hold a deleted one hashed;
+    one that cites an erased memory, fact or episode, or held a deleted text, keeps only hashes
+    of its texts. The second value: it is open, so it is rejected."""
     p = proposal.payload
     cited: set[str] = set()
     if proposal.kind in ("merge", "archive"):
@@ -1130,22 +1176,42 @@ def _scrub_reflection(proposal: Proposal, refs: set[str], episodes: set[str]) ->
         cited |= {e for s in p.get("sides", []) for e in s.get("sources", [])}
     elif proposal.kind == "procedure":
         cited = set(p.get("learned_from") or [])
-    touched = bool(cited & (refs | episodes)) or (
-        proposal.kind == "core" and proposal.status in ("pending", "deferred")
+    elif proposal.kind == "memory":
+        cited = {s.get("ref") for s in p.get("conflict") or []} - {None}
+    scrubbed = _scrubbed(p, deleted.holds)
+    open_ = proposal.status in ("pending", "deferred")
+    # A pending MEMORY.md rewrite was composed before the erase and may quote it: it counts as citing.
+    touched = (
+        bool(cited & (deleted.refs | deleted.episodes))
+        or scrubbed != p
+        or (proposal.kind == "core" and open_)
     )
     if not touched:
-        return None
-    payload = dict(p)
+        return dict(p), False
+    payload = dict(scrubbed)
     if "memories" in payload:
         payload["memories"] = {ref: _hashed(text) for ref, text in payload["memories"].items()}
     if "sides" in payload:
         payload["sides"] = [{**side, "value": _hashed(str(side.get("value")))} for side in payload["sides"]]
-        payload["keep_value"] = _hashed(str(payload.get("keep_value")))
-    for key in ("text", "diff", "content", "reason"):
+    if "conflict" in payload:
+        payload["conflict"] = [
+            {**side, "text": _hashed(str(side.get("text"))), "value": _hashed(str(side.get("value")))}
+            for side in payload["conflict"]
+        ]
+    for key in _TEXT_KEYS:
         if isinstance(payload.get(key), str):
             payload[key] = _hashed(payload[key])
-    if "promoted" in payload or "demoted" in payload:
-        payload["promoted"] = [_hashed(x) for x in payload.get("promoted", [])]
-        payload["demoted"] = [_hashed(x) for x in payload.get("demoted", [])]
+        elif key == "keep_value" and key in payload:
+            payload[key] = _hashed(str(payload[key]))
+    for key in ("promoted", "demoted", "steps", "added", "removed"):
+        if isinstance(payload.get(key), list):
+            payload[key] = [_hashed(x) if isinstance(x, str) else x for x in payload[key]]
     payload["erased"] = "cites what a permanent forget erased"
-    return payload
+    return payload, open_
+
+
+def finish(settings: Settings, being_id: str, proposals: list[Proposal], run_id: str | None) -> None:
+    """The permanent forgets marked applied, last: until then the sensor asks for a run again."""
+    store_ = ProposalStore(settings.proposals)
+    for proposal in proposals:
+        store_.mark_applied(being_id, proposal.proposal_id, run_id)
