@@ -363,13 +363,23 @@ def create_app(
     def episodes(being_id: Being, body: models.EpisodesRequest) -> models.EpisodesResponse:
         """Append episodes to the being's inbox, all or none; ingestion picks them up.
 
+        422 when one is invalid, or reuses the id of an episode written before with other text
+        (the inbox files pending or ingested within MINDFLOW_TAIL_DONE_WINDOW_HOURS); the same
+        id with the same text is a retry, stored once.
+
         Recall, resonance and search_memory return them from the next request on (as `fresh`
         memories until the form run has published them)."""
         limit = settings.api_max_episodes
         if len(body.episodes) > limit:
             raise MindflowError(f"{len(body.episodes):,} episodes in one request; the limit is {limit:,}")
         records = [e.model_dump(exclude_none=True) for e in body.episodes]
-        report = append_episodes(settings.inbox, being_id, records, max_chars=settings.max_episode_chars)
+        report = append_episodes(
+            settings.inbox,
+            being_id,
+            records,
+            max_chars=settings.max_episode_chars,
+            known=lambda ids: service.tail.known(being_id, ids),
+        )
         # Recalled from the very next request of this server (others find the file within a second).
         service.tail.add(being_id, report.episodes)
         proposals = trigger_proposals(service, being_id, report.episodes)
