@@ -89,7 +89,8 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
 
         1. `{"query": ...}` and/or `{"refs": [...]}`: finds every candidate (memories, dormant
            and dead ones included, facts, relations, the MEMORY.md lines and STORY.md chapters
-           citing them) and returns them in a pending proposal. Nothing changes.
+           citing them) and returns them in a pending proposal. Nothing changes. Nothing found:
+           no proposal is opened (`proposal_id` and `status` null, `candidates` empty).
         2. `{"proposal_id": ..., "refs": [...], "confirm": true}`: forgets those candidates (all
            when `refs` is left out). They are gone from recall, search, resonance and facts at once,
            on every server; `restore` brings them back. With `"permanent": true` the `forget` job
@@ -97,7 +98,7 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
         """
         settings = request.app.state.service.settings
         if ask.proposal_id is None:
-            proposal = forget.propose(
+            found = forget.propose(
                 settings,
                 being_id,
                 ask.query,
@@ -106,6 +107,9 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
                 table=_table(request),
                 fresh=_fresh(request, being_id),
             )
+            if found is None:
+                return models.ForgetResponse(being_id=being_id, proposal_id=None, status=None, candidates=[])
+            proposal = found
         elif ask.confirm:
             proposal = forget.confirm(
                 settings, being_id, ask.proposal_id, ask.refs, permanent=ask.permanent

@@ -220,7 +220,8 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         """Forget, in two steps. 1: call with `query` (and/or `refs`): nothing changes; you get a
         pending proposal with every candidate (memories, facts, MEMORY.md lines, STORY.md chapters).
         Show them to the user. 2: only when the user agrees, call with `proposal_id` and
-        `confirm: true`: they are gone from recall at once."""
+        `confirm: true`: they are gone from recall at once. Nothing found: `candidates` is empty,
+        `proposal_id` null, and there is nothing to confirm."""
         being_id = tools.being(being)
         if proposal_id is None:
             if confirm is not None or permanent:

@@ -379,8 +379,12 @@ class ForgetCandidate(BaseModel):
 
 class ForgetResponse(BaseModel):
     being_id: str
-    proposal_id: str
-    status: Literal["pending", "approved", "rejected", "deferred"]
+    proposal_id: str | None = Field(
+        description="The proposal to confirm or reject; null when a find had no candidate (none opened)."
+    )
+    status: Literal["pending", "approved", "rejected", "deferred"] | None = Field(
+        description="The proposal's status; null when none was opened."
+    )
     candidates: list[ForgetCandidate] = Field(description="What the forget reaches; shown before a confirm.")
     forgotten: list[str] = Field(default=[], description="The refs confirmed (hidden from now on).")
     permanent: bool = False
