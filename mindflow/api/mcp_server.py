@@ -28,13 +28,13 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from mindflow.api import models
-from mindflow.api.auth import TokenScopes
+from mindflow.api.auth import MCP_HOST, TokenScopes
 from mindflow.client import AsyncMindflowClient, MindflowClientError
 from mindflow.errors import MindflowError
 from mindflow.inbox import validate_being_id
 
 PATH = "/mcp"
-INTERNAL_URL = "http://mindflow.internal"
+INTERNAL_URL = f"http://{MCP_HOST}"
 INSTRUCTIONS = """\
 mindflow is this agent's long-term memory. Each tool takes `being`, the id of the being whose
 memory it is (lower-case, e.g. "ada"); a server started with --being needs none.

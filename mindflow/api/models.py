@@ -413,7 +413,9 @@ class ProposalOut(BaseModel):
     status: Literal["pending", "approved", "rejected", "deferred"]
     payload: dict[str, Any]
     created_at: UtcOut
-    created_by: str = Field(description="user, api, reflection, or subagent:<name>.")
+    created_by: str = Field(
+        description="user, api (a token without a role), mcp (the MCP tools), reflection, or subagent:<name>."
+    )
     decided_by: str | None = None
     decided_at: UtcOut | None = None
     applied_at: UtcOut | None = Field(
