@@ -161,8 +161,8 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
     def proposals_route(
         being_id: Being,
         request: Request,
-        status: Annotated[str | None, Query(pattern=r"^(pending|approved|rejected|deferred)$")] = None,
-        kind: Annotated[str | None, Query(min_length=1, max_length=40, pattern=r"^[a-z_]+$")] = None,
+        status: Annotated[models.ProposalStatus | None, Query(description="Only proposals with it.")] = None,
+        kind: Annotated[models.ProposalKind | None, Query(description="Only proposals of this kind.")] = None,
     ) -> models.ProposalsResponse:
         """The being's proposals (forget confirmations waiting for a person, decided ones), oldest first."""
         store = ProposalStore(request.app.state.service.settings.proposals)

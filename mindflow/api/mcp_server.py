@@ -323,11 +323,11 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         ctx: Context,
         being: Being = None,
         status: Annotated[
-            Literal["pending", "approved", "rejected", "deferred"] | None,
+            models.ProposalStatus | None,
             Field(description="Only these; `pending` for what waits for a decision."),
         ] = "pending",
         kind: Annotated[
-            Literal["forget", "merge", "archive", "contradiction", "procedure", "core", "memory"] | None,
+            models.ProposalKind | None,
             Field(description="Only this kind; `memory` for sub-agents' proposals."),
         ] = None,
     ) -> models.ProposalsResponse:
