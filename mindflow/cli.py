@@ -116,11 +116,10 @@ def forget(
         proposal = loop_forget.propose(settings, being, query, ref, created_by="user")
     except MindflowError as exc:
         _fail(exc)
-    candidates = proposal.payload["candidates"]
-    if not candidates:
-        loop_forget.reject(settings, being, proposal.proposal_id)
+    if proposal is None:
         typer.echo(f"nothing of {being} matches: nothing to forget")
         raise typer.Exit(code=1)
+    candidates = proposal.payload["candidates"]
     typer.echo(f"proposal {proposal.proposal_id}: {len(candidates)} candidates")
     for c in candidates:
         status = f" ({c['status']})" if c.get("status") else ""

@@ -356,7 +356,9 @@ class MindflowClient(_Base):
     def forget(
         self, being: str, query: str | None = None, *, refs: Iterable[str] | None = None
     ) -> ForgetResponse:
-        """Find what a forget would remove: a pending proposal with its candidates; nothing changes."""
+        """Find what a forget would remove: a pending proposal with its candidates; nothing changes.
+
+        Nothing found: `candidates` is empty and `proposal_id` None (no proposal is opened)."""
         body = _forget_body(query=query, refs=list(refs) if refs is not None else None)
         return self._typed(ForgetResponse, "POST", self._being(being, "forget"), json=body)
 

@@ -182,6 +182,34 @@ def test_times_that_mean_something_are_taken(http):
     assert response.json()["now"] == "2026-04-10T12:00:00Z"  # RFC 3339, as the schema says
 
 
+@pytest.mark.parametrize(
+    ("path", "params", "name", "says"),
+    [
+        ("proposals", {"kind": "zzz"}, "kind", "Input should be 'forget', 'merge', 'archive'"),
+        ("proposals", {"status": "zzz"}, "status", "Input should be 'pending', 'approved'"),
+        (
+            "context",
+            {"blocks": "1-A,zzz"},
+            "blocks",
+            "unknown block 'zzz': choose among 1-A, 1-B, 2-B, story",
+        ),
+        (
+            "memories",
+            {"since": "2026-03-01T00:00:00Z", "until": "2026-02-01T00:00:00Z"},
+            "since",
+            "since (2026-03-01T00:00:00) is after until (2026-02-01T00:00:00): no memory can match",
+        ),
+    ],
+)
+def test_query_values_no_answer_can_match_are_422_in_one_shape(http, path, params, name, says):
+    response = http.get(f"/v1/beings/ada/{path}", params=params)
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["error"].startswith(f"query.{name}") and says in body["error"]
+    assert [d["loc"][:2] for d in body["details"]] == [["query", name]]  # a repeatable one adds its index
+    assert says in body["details"][0]["msg"]
+
+
 # --------------------------------------------------------------------------- the open routes
 
 

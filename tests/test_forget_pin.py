@@ -507,6 +507,41 @@ def test_a_forget_instruction_in_the_conversation_opens_a_pending_proposal(world
     assert [p["proposal_id"] for p in listed] == [proposal_id]
 
 
+def test_a_forget_that_finds_nothing_opens_no_proposal(world):
+    from mindflow.client import MindflowClient
+
+    settings, _, (one, _) = world
+    found = one.post("/v1/beings/ada/forget", json={"query": "submarine regatta near Antarctica"})
+    assert found.status_code == 200, found.text
+    assert found.json() == {
+        "being_id": "ada",
+        "proposal_id": None,
+        "status": None,
+        "candidates": [],
+        "forgotten": [],
+        "permanent": False,
+    }
+    # Nor does a forget instruction naming nothing kept, proposed at ingestion.
+    from mindflow.loop.forget import propose_ingested
+
+    line = {
+        "id": "z01",
+        "ts": "2026-03-02T10:00:00Z",
+        "role": "user",
+        "text": "Forget about the submarine regatta.",
+    }
+    (settings.inbox / "ada" / "later.jsonl").write_text(json.dumps(line) + "\n")
+    with store.connect(settings.duckdb_path) as con:
+        since = datetime.now().replace(microsecond=0)
+        ingest(con, settings.inbox, date(2026, 1, 1), date(2026, 12, 31))
+        assert propose_ingested(con, settings, since) == []
+    with MindflowClient(str(one.base_url), token=TOKEN) as memory:
+        nothing = memory.forget("ada", "submarine regatta near Antarctica")
+        assert nothing.proposal_id is None and nothing.candidates == []
+    assert ProposalStore(settings.proposals).list("ada") == []
+    assert one.get("/v1/beings/ada/proposals", params={"status": "pending"}).json()["proposals"] == []
+
+
 def test_clients_forget_restore_pin(world):
     import asyncio
 

@@ -20,6 +20,7 @@ import duckdb
 import httpx
 import pytest
 
+from mindflow import store
 from mindflow.api import create_app
 from mindflow.api.episodes import append_episodes
 from mindflow.api.server import BackgroundServer
@@ -458,6 +459,42 @@ def test_post_episodes_refuses_an_id_reused_with_other_text(api):
     assert "episodes[1]: id already used with other text: 'r1' at line 1" in response.json()["error"]
     again = api.post("/v1/beings/bram/episodes", json={"episodes": [episodes[0], episodes[0]]})
     assert again.status_code == 200 and again.json()["ids"] == ["r1", "r1"]
+
+
+def test_post_episodes_refuses_an_id_an_earlier_write_used_with_other_text(api):
+    inbox = api.settings.inbox
+
+    def post(*episodes: dict) -> httpx.Response:
+        return api.post("/v1/beings/dana/episodes", json={"episodes": list(episodes)})
+
+    def written() -> str:
+        return "".join(p.read_text() for p in sorted(inbox.rglob("*.jsonl")) if "dana" in p.parts)
+
+    first = post({"ts": TS, "text": "the first text", "id": "c1"})
+    assert first.status_code == 200, first.text
+    file = first.json()["file"]
+    other = post(
+        {"ts": TS, "text": "a fine new one", "id": "c2"}, {"ts": TS, "text": "other text", "id": "c1"}
+    )
+    assert other.status_code == 422, other.text
+    assert other.json()["details"] == [
+        {"index": 1, "reason": f"id already used with other text: 'c1' is at {file}:1"}
+    ]
+    assert "episodes[1]: id already used with other text: 'c1'" in other.json()["error"]
+    assert "a fine new one" not in written() and "other text" not in written()
+    # A retry (same id, same text) is taken, and ingestion stores it once.
+    retry = post({"ts": TS, "text": "the first text", "id": "c1"})
+    assert retry.status_code == 200 and retry.json()["ids"] == ["c1"]
+
+    # Another writer's file, dropped a moment ago, counts at once; so do files ingestion moved.
+    write(inbox / "dana" / "dropped.jsonl", [line(text="dropped by hand", id="c3")])
+    dropped = post({"ts": TS, "text": "not what the file says", "id": "c3"})
+    assert dropped.status_code == 422 and "'c3' is at dropped.jsonl:1" in dropped.json()["error"]
+    with store.connect(api.settings.duckdb_path) as con:
+        assert ingest_all(con, api.settings).new_per_being["dana"] == 2
+    assert not (inbox / "dana" / "dropped.jsonl").exists()
+    assert post({"ts": TS, "text": "other text", "id": "c1"}).status_code == 422
+    assert post({"ts": TS, "text": "dropped by hand", "id": "c3"}).status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import httpx2
@@ -157,6 +158,12 @@ async def exercise_every_tool(client: Client, being: dict, remembered: str, forg
         await client.call_tool("forget", {**being, "proposal_id": proposal["proposal_id"]})
     )
 
+    # A proposal through the tools is the MCP caller's, not a sub-agent called "agent".
+    proposed = structured(
+        await client.call_tool("propose", {**being, "content": remembered, "reason": "the user said so"})
+    )
+    assert proposed["created_by"] == "mcp" and "proposed by mcp" in proposed["evidence"]
+
     context = structured(await client.call_tool("get_context", {**being, "blocks": ["1-A", "2-B"]}))
     assert [b["id"] for b in context["blocks"]] == ["1-A", "2-B"] and "I speak plainly" in context["blocks"][
         0
@@ -266,6 +273,8 @@ def test_stdio_lists_and_calls_every_tool(world):
         "TRANSFORMERS_OFFLINE": "1",
         "MINDFLOW_MODELS_DIR": str(settings.models),
         "PATH": os.environ.get("PATH", ""),
+        # This checkout's code, whichever checkout the interpreter's environment was installed from.
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
     }
 
     async def main():

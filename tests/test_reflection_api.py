@@ -155,6 +155,9 @@ def test_a_subagent_token_reads_and_proposes_but_writes_nothing(world):
         # The main agent may name the proposer; a name must be a slug.
         named = propose(main, content="Lena's cello teacher is called Ines.", agent="helper")
         assert named["created_by"] == "subagent:helper" and named["payload"]["agent"] == "helper"
+        # Unnamed, the main agent's proposal is its own, not a sub-agent's.
+        unnamed = propose(main, content="Lena tunes her cello every morning.")
+        assert unnamed["created_by"] == "api" and "proposed by api" in unnamed["evidence"]
         bad = main.post(
             "/v1/beings/ada/proposals", json={"content": "x", "reason": "y", "agent": "Not A Slug"}
         )

@@ -364,6 +364,10 @@ def create_app(
     def episodes(being_id: Being, body: models.EpisodesRequest) -> models.EpisodesResponse:
         """Append episodes to the being's inbox, all or none; ingestion picks them up.
 
+        422 when one is invalid, or reuses the id of an episode written before with other text
+        (the inbox files pending or ingested within MINDFLOW_TAIL_DONE_WINDOW_HOURS); the same
+        id with the same text is a retry, stored once.
+
         Recall, resonance and search_memory return them from the next request on (as `fresh`
         memories until the form run has published them)."""
         limit = settings.api_max_episodes
@@ -376,6 +380,7 @@ def create_app(
             records,
             max_chars=settings.max_episode_chars,
             deleted=service.marks.state(being_id).deleted_episodes,
+            known=lambda ids: service.tail.known(being_id, ids),
         )
         # Recalled from the very next request of this server (others find the file within a second).
         service.tail.add(being_id, report.episodes)

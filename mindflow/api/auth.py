@@ -29,6 +29,8 @@ bearer = HTTPBearer(
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 _EXAMPLE = "MINDFLOW_API_TOKENS='tokA=ada,bram;tokB=*'"
 SUBAGENT = "subagent:"
+# The host the MCP server's in-process API calls name (mcp_server.INTERNAL_URL): no socket has it.
+MCP_HOST = "mindflow.internal"
 _ROLE_EXAMPLE = "MINDFLOW_API_TOKENS='tokS=ada@subagent:scout'"
 # What a sub-agent token may POST besides reading (GET): the routes that only read, and proposing
 # (a procedure it posts becomes a pending proposal). Every other write is refused, so a write
@@ -236,6 +238,17 @@ async def caller_role(request: Request, _: Bearer = None) -> str | None:
     scopes: TokenScopes = request.app.state.tokens
     token = _bearer_token(request) if scopes.enabled else None
     return scopes.role_for(token) if token else None
+
+
+def proposer(role: str | None, request: Request) -> str:
+    """Who a proposal made through this request is by: `subagent:<name>` for a sub-agent token,
+    `mcp` for a call of the MCP server's tools (stdio or /mcp, in process), else `api`.
+
+    A token without a role names no one: it is the main agent or a person, as for decisions."""
+    name = subagent_name(role)
+    if name is not None:
+        return f"{SUBAGENT}{name}"
+    return "mcp" if request.url.hostname == MCP_HOST else "api"
 
 
 def subagent_name(role: str | None) -> str | None:

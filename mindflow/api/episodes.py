@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -14,8 +15,8 @@ from mindflow.config import MAX_EPISODE_CHARS
 from mindflow.errors import Conflict, MindflowError
 from mindflow.files import append_lines
 from mindflow.inbox import inbox_lock, validate_being_id
-from mindflow.ingest import parse_bytes
-from mindflow.models import utcnow
+from mindflow.ingest import REUSED_ID, parse_bytes
+from mindflow.models import Episode, utcnow
 
 LOCK_TIMEOUT_S = 30.0
 
@@ -60,12 +61,16 @@ def append_episodes(
     *,
     max_chars: int = MAX_EPISODE_CHARS,
     deleted: frozenset[str] = frozenset(),
+    known: Callable[[list[str]], dict[str, Episode]] | None = None,
 ) -> AppendReport:
     """Validate every episode with the inbox JSONL parser, then append them all or nothing.
 
     An episode without an id is written with the id the parser derived, so the
     ingestion of the file stores exactly the ids returned here. An episode of `deleted` (ids a
-    permanent forget deleted) is refused (Conflict): none is written.
+    permanent forget deleted) is refused (Conflict): none is written. `known(ids)` gives the
+    episodes already written under some of those ids: one with other text refuses the
+    request (ingestion would quarantine the line), asked under the inbox lock so no
+    other writer slips in between.
     """
     validate_being_id(being_id)
     file_name = api_file_name(now or utcnow())
@@ -94,7 +99,30 @@ def append_episodes(
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with inbox_lock(inbox, being_id, timeout=LOCK_TIMEOUT_S):
+            if known is not None:
+                _refuse_reused(parsed, episodes, known)
             append_lines(path, ("\n".join(lines) + "\n").encode("utf-8"))
     except Timeout as exc:
         raise InboxBusy(f"the inbox file {file_name} of {being_id} is busy; retry shortly") from exc
     return AppendReport(ids=ids, heartbeats=result.heartbeats, path=path, episodes=list(result.episodes))
+
+
+def _refuse_reused(parsed: dict[int, Episode], episodes: list[dict[str, Any]], known) -> None:
+    """InvalidEpisodes naming each episode whose id was written before with other text.
+
+    Only ids the client chose are looked up: a derived id hashes the text, so it cannot come
+    with another. The same id with the same text is a retry: taken, and stored once."""
+    chosen = {line: e for line, e in parsed.items() if "id" in episodes[line - 1]}
+    if not chosen:
+        return
+    before = known(sorted({e.episode_id for e in chosen.values()}))
+    problems = [
+        {
+            "index": line - 1,
+            "reason": f"{REUSED_ID}: {e.episode_id!r} is at {before[e.episode_id].source_ref}",
+        }
+        for line, e in sorted(chosen.items())
+        if e.episode_id in before and before[e.episode_id].text != e.text
+    ]
+    if problems:
+        raise InvalidEpisodes(problems, len(episodes))

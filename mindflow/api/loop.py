@@ -89,7 +89,8 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
 
         1. `{"query": ...}` and/or `{"refs": [...]}`: finds every candidate (memories, dormant
            and dead ones included, facts, relations, the MEMORY.md lines and STORY.md chapters
-           citing them) and returns them in a pending proposal. Nothing changes.
+           citing them) and returns them in a pending proposal. Nothing changes. Nothing found:
+           no proposal is opened (`proposal_id` and `status` null, `candidates` empty).
         2. `{"proposal_id": ..., "refs": [...], "confirm": true}`: forgets those candidates (all
            when `refs` is left out). They are gone from recall, search, resonance and facts at once,
            on every server; `restore` brings them back. With `"permanent": true` the `forget` job
@@ -97,7 +98,7 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
         """
         settings = request.app.state.service.settings
         if ask.proposal_id is None:
-            proposal = forget.propose(
+            found = forget.propose(
                 settings,
                 being_id,
                 ask.query,
@@ -107,6 +108,9 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
                 # Forgotten ones too: "no, delete it for good" confirms them permanently.
                 fresh=request.app.state.service.fresh_memories(being_id, forgotten=True),
             )
+            if found is None:
+                return models.ForgetResponse(being_id=being_id, proposal_id=None, status=None, candidates=[])
+            proposal = found
         elif ask.confirm:
             proposal = forget.confirm(
                 settings, being_id, ask.proposal_id, ask.refs, permanent=ask.permanent
@@ -158,8 +162,8 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
     def proposals_route(
         being_id: Being,
         request: Request,
-        status: Annotated[str | None, Query(pattern=r"^(pending|approved|rejected|deferred)$")] = None,
-        kind: Annotated[str | None, Query(min_length=1, max_length=40, pattern=r"^[a-z_]+$")] = None,
+        status: Annotated[models.ProposalStatus | None, Query(description="Only proposals with it.")] = None,
+        kind: Annotated[models.ProposalKind | None, Query(description="Only proposals of this kind.")] = None,
     ) -> models.ProposalsResponse:
         """The being's proposals (forget confirmations waiting for a person, decided ones), oldest first."""
         store = ProposalStore(request.app.state.service.settings.proposals)

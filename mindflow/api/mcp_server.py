@@ -28,13 +28,13 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from mindflow.api import models
-from mindflow.api.auth import TokenScopes
+from mindflow.api.auth import MCP_HOST, TokenScopes
 from mindflow.client import AsyncMindflowClient, MindflowClientError
 from mindflow.errors import MindflowError
 from mindflow.inbox import validate_being_id
 
 PATH = "/mcp"
-INTERNAL_URL = "http://mindflow.internal"
+INTERNAL_URL = f"http://{MCP_HOST}"
 INSTRUCTIONS = """\
 mindflow is this agent's long-term memory. Each tool takes `being`, the id of the being whose
 memory it is (lower-case, e.g. "ada"); a server started with --being needs none.
@@ -220,7 +220,8 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         """Forget, in two steps. 1: call with `query` (and/or `refs`): nothing changes; you get a
         pending proposal with every candidate (memories, facts, MEMORY.md lines, STORY.md chapters).
         Show them to the user. 2: only when the user agrees, call with `proposal_id` and
-        `confirm: true`: they are gone from recall at once."""
+        `confirm: true`: they are gone from recall at once. Nothing found: `candidates` is empty,
+        `proposal_id` null, and there is nothing to confirm."""
         being_id = tools.being(being)
         if proposal_id is None:
             if confirm is not None or permanent:
@@ -322,11 +323,11 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         ctx: Context,
         being: Being = None,
         status: Annotated[
-            Literal["pending", "approved", "rejected", "deferred"] | None,
+            models.ProposalStatus | None,
             Field(description="Only these; `pending` for what waits for a decision."),
         ] = "pending",
         kind: Annotated[
-            Literal["forget", "merge", "archive", "contradiction", "procedure", "core", "memory"] | None,
+            models.ProposalKind | None,
             Field(description="Only this kind; `memory` for sub-agents' proposals."),
         ] = None,
     ) -> models.ProposalsResponse:

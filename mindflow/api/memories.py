@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Query, Request
 from mindflow import lance, memory_history, records
 from mindflow.api import models
 from mindflow.api.auth import Being
+from mindflow.api.params import invalid_query
 from mindflow.errors import NotFound
 from mindflow.loop.marks import read_marks, unfolded
 
@@ -67,6 +68,9 @@ def memories_router(responses: dict) -> APIRouter:
         through returns each memory once. Archived memories (forgotten, or archived by
         decay) are listed too, with status `archived`: filter with `status`.
         """
+        problem = models.out_of_order(since, until)
+        if problem is not None:
+            raise invalid_query("since", problem)
         service, table, _ = tables(request)
         page = records.list_memories(
             table,

@@ -94,6 +94,9 @@ UtcOut = Annotated[
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 Ref = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_no_nul)]
+# As mindflow.loop.proposals has them (STATUSES, KINDS): an unknown one is a 422, not an empty list.
+ProposalStatus = Literal["pending", "approved", "rejected", "deferred"]
+ProposalKind = Literal["forget", "merge", "archive", "contradiction", "procedure", "core", "memory"]
 
 
 class _Request(BaseModel):
@@ -101,16 +104,21 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def out_of_order(since: datetime | None, until: datetime | None) -> str | None:
+    """Why `since` and `until` cannot both hold, or None when they can."""
+    if since is not None and until is not None and since > until:
+        return f"since ({since.isoformat()}) is after until ({until.isoformat()}): no memory can match"
+    return None
+
+
 class _Horizon(_Request):
     """`since` and `until` bound the memories a request may see, both ends included."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
-        since, until = getattr(self, "since", None), getattr(self, "until", None)
-        if since is not None and until is not None and since > until:
-            raise ValueError(
-                f"since ({since.isoformat()}) is after until ({until.isoformat()}): no memory can match"
-            )
+        problem = out_of_order(getattr(self, "since", None), getattr(self, "until", None))
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
 
@@ -391,8 +399,10 @@ class ForgetCandidate(BaseModel):
 
 class ForgetResponse(BaseModel):
     being_id: str
-    proposal_id: str
-    status: Literal["pending", "approved", "rejected", "deferred"]
+    proposal_id: str | None = Field(
+        description="The proposal to confirm or reject; null when a find had no candidate (none opened)."
+    )
+    status: ProposalStatus | None = Field(description="The proposal's status; null when none was opened.")
     candidates: list[ForgetCandidate] = Field(description="What the forget reaches; shown before a confirm.")
     forgotten: list[str] = Field(default=[], description="The refs confirmed (hidden from now on).")
     permanent: bool = False
@@ -418,10 +428,12 @@ class ProposalOut(BaseModel):
     proposal_id: str
     being_id: str
     kind: str = Field(description="forget, merge, archive, contradiction, procedure, core or memory.")
-    status: Literal["pending", "approved", "rejected", "deferred"]
+    status: ProposalStatus
     payload: dict[str, Any]
     created_at: UtcOut
-    created_by: str = Field(description="user, api, reflection, or subagent:<name>.")
+    created_by: str = Field(
+        description="user, api (a token without a role), mcp (the MCP tools), reflection, or subagent:<name>."
+    )
     decided_by: str | None = None
     decided_at: UtcOut | None = None
     applied_at: UtcOut | None = Field(

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 
 from mindflow import lance
 from mindflow.api import models
-from mindflow.api.auth import Being, Role, subagent_name
+from mindflow.api.auth import Being, Role, proposer, subagent_name
 from mindflow.api.loop import RefPath, proposal_out
 from mindflow.errors import Conflict
 from mindflow.loop.proposals import OPEN, ProposalStore
@@ -61,16 +61,19 @@ def reflection_router(responses: dict, body: dict) -> APIRouter:
         `auto` approves a proposal without conflict at once, `batch` (the default) leaves it pending
         for review, `manual` too, marked (`payload.review`) for a one-by-one decision. A sub-agent
         token (`token=being@subagent:<name>`) proposes under its name; another token may name the
-        proposer in `agent`.
+        proposer in `agent` (`created_by` is then `subagent:<agent>`), else it is `api` (`mcp`
+        through the MCP tools).
         """
         name = subagent_name(role)
         if name is not None and ask.agent not in (None, name):
             raise HTTPException(403, f"this token is sub-agent {name!r}: leave `agent` out")
         service = request.app.state.service
+        agent = name or ask.agent
+        by = proposer(role, request) if agent is None else f"subagent:{agent}"
         proposal = subagent.propose_memory(
             service.settings,
             being_id,
-            name or ask.agent or "agent",
+            agent or by,
             ask.content,
             ask.type,
             ask.confidence,
@@ -79,6 +82,7 @@ def reflection_router(responses: dict, body: dict) -> APIRouter:
             key=ask.key,
             value=ask.value,
             facts_lookup=_current_facts(service),
+            created_by=by,
         )
         return proposal_out(proposal)
 
@@ -182,7 +186,7 @@ def reflection_router(responses: dict, body: dict) -> APIRouter:
             request.app.state.service.settings,
             being_id,
             ask.model_dump(exclude_none=True),
-            created_by=f"subagent:{name}" if name else DECIDED_BY,
+            created_by=proposer(role, request),
             approved=name is None,
         )
         return models.ProcedureAccepted(

@@ -16,6 +16,8 @@ from fastapi import APIRouter, Path, Query, Request
 from mindflow import context, journal_files, journal_index, records
 from mindflow.api import models
 from mindflow.api.auth import Being
+from mindflow.api.params import invalid_query
+from mindflow.errors import MindflowError
 from mindflow.models import utcnow
 
 
@@ -48,7 +50,10 @@ def workspace_router(responses: dict, body: dict) -> APIRouter:
         outside mindflow and not accepted: tell the user at the start of the conversation.
         """
         service = request.app.state.service
-        chosen = context.parse_blocks(blocks)
+        try:
+            chosen = context.parse_blocks(blocks)
+        except MindflowError as exc:
+            raise invalid_query("blocks", str(exc)) from None
         state = service.marks.state(being_id)
         fresh = [records.fresh_record(m, state) for m in service.fresh_memories(being_id)]
         found = context.assemble(

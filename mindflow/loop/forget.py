@@ -271,9 +271,14 @@ def propose(
     fresh: Iterable[Memory] = (),
     proposal_id: str | None = None,
     source_episode_id: str | None = None,
-) -> Proposal:
-    """Find the candidates and keep them in a pending `forget` proposal; nothing is changed."""
+) -> Proposal | None:
+    """Find the candidates and keep them in a pending `forget` proposal; nothing is changed.
+
+    None when there is no candidate: a proposal without one could never be confirmed, and
+    would wait among the pending ones for good."""
     candidates = find_candidates(settings, being_id, query, refs, table=table, fresh=fresh)
+    if not candidates:
+        return None
     payload = {
         "query": query,
         "refs": list(refs),
@@ -451,21 +456,21 @@ def proposals_for_triggers(
                     fresh = [*fresh, _as_memory(being_id, before)]
                 query = None
             try:
-                out.append(
-                    propose(
-                        settings,
-                        being_id,
-                        query,
-                        refs,
-                        created_by="user",
-                        table=table,
-                        fresh=fresh,
-                        proposal_id=trigger_proposal_id(being_id, episode["id"]),
-                        source_episode_id=episode["id"],
-                    )
+                proposal = propose(
+                    settings,
+                    being_id,
+                    query,
+                    refs,
+                    created_by="user",
+                    table=table,
+                    fresh=fresh,
+                    proposal_id=trigger_proposal_id(being_id, episode["id"]),
+                    source_episode_id=episode["id"],
                 )
             except NotFound:
-                pass  # the turn before was never kept (a heartbeat, a quarantined line)
+                proposal = None  # the turn before was never kept (a heartbeat, a quarantined line)
+            if proposal is not None:
+                out.append(proposal)
         previous[session] = episode
     return out
 

@@ -133,6 +133,8 @@ class ProposalStore:
         """The being's proposals, oldest first."""
         if status is not None and status not in STATUSES:
             raise MindflowError(f"unknown proposal status {status!r}; use one of {', '.join(STATUSES)}")
+        if kind is not None and kind not in KINDS:
+            raise MindflowError(f"unknown proposal kind {kind!r}; use one of {', '.join(KINDS)}")
         folder = self.root / validate_being_id(being_id)
         if not folder.is_dir():
             return []

@@ -201,6 +201,19 @@ class FreshTail:
                 state.posted[e.episode_id] = (now, e)
                 state.episodes.setdefault(e.episode_id, e)
 
+    def known(self, being_id: str, ids: Iterable[str]) -> dict[str, Episode]:
+        """The episodes with these ids in the being's inbox files (pending, and done within
+        `tail_done_window_hours`) and this process's posts, listed now.
+
+        Listed now, not at the last scan: another process may have appended within the
+        interval. Episodes ingested before the window are in DuckDB only, which the API never opens.
+        """
+        state = self._state(being_id)
+        with state.lock:
+            state.scanned_at = float("-inf")
+            self._scan(being_id, state)
+            return {i: state.episodes[i] for i in ids if i in state.episodes}
+
     # ------------------------------------------------------------------ reads
 
     def memories(self, being_id: str, table=None, version=None) -> list[FreshMemory]:

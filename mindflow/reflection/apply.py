@@ -43,9 +43,9 @@ def actor_of(proposal: Proposal) -> tuple[str, str]:
     """(actor, how the trail writes it): reflection:<id>, subagent:<name> (bot:commit-from:<name>), or
     who posted it."""
     reflection_id = proposal.payload.get("reflection_id")
-    if proposal.kind == "memory":
-        name = proposal.payload.get("agent", "subagent")
-        return f"subagent:{name}", f"bot:commit-from:{name}"
+    if proposal.kind == "memory" and proposal.created_by.startswith("subagent:"):
+        name = proposal.created_by.removeprefix("subagent:")
+        return proposal.created_by, f"bot:commit-from:{name}"
     if reflection_id:
         return f"reflection:{reflection_id}", f"reflection:{reflection_id}"
     return proposal.created_by, proposal.created_by
@@ -146,7 +146,7 @@ def _memory(settings: Settings, proposal: Proposal) -> int:
                 "confidence": float(p.get("confidence", 0.5)),
                 "speaker": p.get("agent", "subagent"),
                 "role": "agent",
-                "source": f"subagent:{p.get('agent', 'subagent')}",
+                "source": proposal.created_by,
                 "ts": (proposal.decided_at or utcnow()).isoformat() + "Z",
                 "tags": ["subagent"],
             }
@@ -184,7 +184,7 @@ def _summary(proposal: Proposal, changed: int) -> str:
             + ", ".join(s["fact_id"] for s in p.get("sides", []) if s.get("fact_id") != p.get("keep"))
         ),
         "procedure": lambda: f"procedure {procedure_ref_of(proposal)}",
-        "memory": lambda: f"a {p.get('type', 'fact')} proposed by sub-agent {p.get('agent', 'subagent')}",
+        "memory": lambda: f"a {p.get('type', 'fact')} proposed by {proposal.created_by}",
         "core": lambda: f"MEMORY.md rewrite (+{p.get('added', 0)} −{p.get('removed', 0)} lines)",
     }[proposal.kind]()
     edited = " (edited)" if p.get("edited") else ""

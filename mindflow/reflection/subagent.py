@@ -123,10 +123,13 @@ def propose_memory(
     key: str | None = None,
     value: str | None = None,
     facts_lookup: FactsLookup | None = None,
+    created_by: str | None = None,
 ) -> Proposal:
     """A sub-agent's memory proposal (kind `memory`), its conflicts flagged, decided as the mode says.
 
-    `facts_lookup` defaults to the facts published in LanceDB (settings.lance_path)."""
+    `agent` is the proposer's name; `created_by` who made it (default `subagent:<agent>`; the
+    main agent proposing unnamed is `api` or `mcp`). `facts_lookup` defaults to the facts
+    published in LanceDB (settings.lance_path)."""
     _checked(settings, agent, content, type, confidence, reason, (entity, key, value))
     store = ProposalStore(settings.proposals)
     proposal_id = new_proposal_id()
@@ -166,7 +169,8 @@ def propose_memory(
         "conflict": conflict,
         "review": mode,
     }
-    proposal = store.create(being_id, "memory", payload, f"subagent:{agent}", proposal_id=proposal_id)
+    by = created_by or f"subagent:{agent}"
+    proposal = store.create(being_id, "memory", payload, by, proposal_id=proposal_id)
     # Both sides of a conflict show it: whoever reviews either one sees the other.
     mine = _side(f"proposal {proposal_id}", proposal_id, content, value or "")
     for other in others:
