@@ -183,15 +183,20 @@ class StorageLocked(MindflowError):
         )
 
 
+# What SQLite says when a stopped writer holds its lock: "database is locked" once the busy
+# timeout runs out, or "locking protocol" (SQLITE_PROTOCOL) when a WAL lock stays unobtainable.
+_LOCKED = ("database is locked", "locking protocol")
+
+
 def _storage_read(function):
-    """`function`, raising StorageLocked where SQLite says "database is locked"."""
+    """`function`, raising StorageLocked where SQLite says a stopped writer holds its lock."""
 
     @functools.wraps(function)
     def reading(*args, **kwargs):
         try:
             return function(*args, **kwargs)
         except Exception as error:
-            if "database is locked" in str(error) and type(error).__name__ == "OperationalError":
+            if type(error).__name__ == "OperationalError" and any(m in str(error) for m in _LOCKED):
                 raise StorageLocked() from error
             raise
 

@@ -221,6 +221,28 @@ def test_turn_notes_name_a_live_holder_only(tmp_path):
     assert pool.read_turn_note(lock) is None
 
 
+@pytest.mark.parametrize("message", ["database is locked", "locking protocol"])
+def test_sqlite_refusals_of_a_stopped_writer_read_as_a_locked_storage(message):
+    """Both of SQLite's answers while a stopped process holds its lock are a wait, not a crash:
+    "locking protocol" once reached a run's first reap as a traceback (a WAL lock a SIGSTOPped
+    patrol held), where the run should have said it waits."""
+    import sqlite3
+
+    from mindflow import pool
+
+    def read():
+        raise sqlite3.OperationalError(message)
+
+    with pytest.raises(pool.StorageLocked):
+        pool._storage_read(read)()
+
+    def other():
+        raise sqlite3.OperationalError("no such table: runs")
+
+    with pytest.raises(sqlite3.OperationalError):
+        pool._storage_read(other)()
+
+
 def test_init_marks_a_dead_run_failed(ingested):
     import dagster as dg
 
