@@ -1081,7 +1081,7 @@ def _scrubbed(value, picks: Callable[[str], bool]):
     return value
 
 
-class _Deleted:
+class _Erased:
     """What a proposal's strings are tested against: the deleted texts, their sha256, refs and episodes."""
 
     def __init__(self, plan: Plan):
@@ -1121,7 +1121,7 @@ def scrub_proposals(settings: Settings, plan: Plan, report: EraseReport) -> None
     finds nothing left to scrub, one killed during it scrubs the rest with the same texts.
     """
     store_ = ProposalStore(settings.proposals)
-    deleted = _Deleted(plan)
+    deleted = _Erased(plan)
     for proposal in store_.list(plan.being_id):
         if proposal.kind == "forget":
             payload, decide = _scrub_forget(proposal, deleted), False
@@ -1137,7 +1137,7 @@ def scrub_proposals(settings: Settings, plan: Plan, report: EraseReport) -> None
             store_.rewrite(plan.being_id, proposal.proposal_id, payload)
 
 
-def _scrub_forget(proposal: Proposal, deleted: _Deleted) -> dict:
+def _scrub_forget(proposal: Proposal, deleted: _Erased) -> dict:
     """A forget's candidates of what goes (or holding it) hashed, and its query when it found one
     of them or asked for a deleted text's words; a forget with no candidates too."""
     payload = dict(proposal.payload)
@@ -1161,7 +1161,7 @@ def _scrub_forget(proposal: Proposal, deleted: _Deleted) -> dict:
 _TEXT_KEYS = ("text", "diff", "content", "reason", "value", "keep_value", "name", "trigger", "notes")
 
 
-def _scrub_other(proposal: Proposal, deleted: _Deleted) -> tuple[dict, bool]:
+def _scrub_other(proposal: Proposal, deleted: _Erased) -> tuple[dict, bool]:
     """A reflection, procedure or sub-agent proposal with the texts that hold a deleted one hashed;
     one that cites an erased memory, fact or episode, or held a deleted text, keeps only hashes
     of its texts. The second value: it is open, so it is rejected."""
