@@ -712,7 +712,7 @@ def _record_and_move(
             landed.path.unlink()
     con.execute(
         "INSERT INTO inbox_files VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (being_id, sha256) DO NOTHING",
+        "ON CONFLICT (being_id, file_name) DO NOTHING",
         [
             landed.being_id,
             file_name,

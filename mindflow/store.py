@@ -658,6 +658,38 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
             """,
         ],
     ),
+    (
+        22,
+        "ingested inbox files keyed by name",
+        [
+            # A row stands for one file in `.done`, so its name is its key. Keyed by the content's
+            # sha256, two files a permanent forget blanked to the same bytes (each the only line
+            # of its file, as an agent posting one episode at a time writes them) collided, and
+            # every later forget run failed on the second. Landing the same content twice is
+            # caught by `_free_name`, which leaves the copy out of `.done` and out of this table.
+            """
+            CREATE TABLE inbox_files_by_name (
+                being_id VARCHAR NOT NULL,
+                file_name VARCHAR NOT NULL,
+                sha256 VARCHAR NOT NULL,
+                format VARCHAR NOT NULL,
+                first_day DATE,
+                last_day DATE,
+                episodes INTEGER NOT NULL,
+                quarantined INTEGER NOT NULL,
+                heartbeats INTEGER NOT NULL,
+                ingested_at TIMESTAMP NOT NULL,
+                PRIMARY KEY (being_id, file_name)
+            )
+            """,
+            # A name recorded twice (a `.done` file removed by hand and its name taken again)
+            # keeps its latest row: the file under that name is the one ingested last.
+            "INSERT INTO inbox_files_by_name BY NAME SELECT * FROM inbox_files "
+            "QUALIFY row_number() OVER (PARTITION BY being_id, file_name ORDER BY ingested_at DESC) = 1",
+            "DROP TABLE inbox_files",
+            "ALTER TABLE inbox_files_by_name RENAME TO inbox_files",
+        ],
+    ),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

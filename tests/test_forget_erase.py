@@ -440,6 +440,38 @@ def test_an_erased_episode_landed_again_is_refused_and_kept_nowhere(copy, world,
     assert after == inbox  # nothing written
 
 
+def test_two_files_each_emptied_by_a_permanent_forget_leave_later_forgets_working(copy, tmp_path):
+    """An agent that posts one episode at a time leaves one-line inbox files: two of them, each
+    blanked by its own permanent forget, hold the same bytes; the second forget run (and every
+    later one, of any being) failed on `inbox_files`' key."""
+    from mindflow.inbox import land_file
+
+    settings = copy
+    texts = {
+        "a61": "The otter marmalade cipher is my bank PIN hint.",
+        "a62": "The walrus tangerine riddle opens the attic safe.",
+    }
+    for i, (episode_id, text) in enumerate(texts.items()):
+        path = tmp_path / f"{episode_id}.jsonl"
+        path.write_text(_lines([(episode_id, f"2026-01-2{i + 2}T09:00:00Z", text, "fact")])[0] + "\n")
+        land_file(settings.inbox, path, "ada")
+    [ingested] = run_job(settings, "ingest")
+    assert ingested.success, ingested.changes
+    run_job(settings, "form", being="ada")
+    for query in ("otter marmalade cipher", "walrus tangerine riddle"):
+        _confirm_permanent(settings, query)
+        [summary] = run_job(settings, "forget")
+        assert summary.success, summary
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        rows = con.execute(
+            "SELECT file_name, sha256 FROM inbox_files WHERE being_id = 'ada' AND file_name LIKE 'a6%'"
+        ).fetchall()
+    assert sorted(name for name, _ in rows) == ["a61.jsonl", "a62.jsonl"]
+    assert len({sha for _, sha in rows}) == 1  # the same blanked bytes, one row each
+    for phrase in ("otter marmalade", "walrus tangerine"):
+        assert _grep(settings.resolved_home, phrase) == ""
+
+
 @pytest.mark.timeout(300)
 def test_with_a_narrative_model_the_chapter_is_told_again_by_it_without_the_secret(copy, llm_server):
     settings = copy

@@ -442,8 +442,8 @@ def erase_inbox(con: duckdb.DuckDBPyConnection, settings: Settings, plan: Plan, 
         actual = hashlib.sha256(data).hexdigest()
         if actual != sha:
             con.execute(
-                "UPDATE inbox_files SET sha256 = ?, episodes = ? WHERE being_id = ? AND sha256 = ?",
-                [actual, _episodes_in(data, path, plan.being_id, count), plan.being_id, sha],
+                "UPDATE inbox_files SET sha256 = ?, episodes = ? WHERE being_id = ? AND file_name = ?",
+                [actual, _episodes_in(data, path, plan.being_id, count), plan.being_id, file_name],
             )
             report.inbox_files += 1
     quarantine = settings.inbox / QUARANTINE / plan.being_id
