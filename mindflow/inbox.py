@@ -68,6 +68,13 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def text_sha256(text: str) -> str:
+    """The sha256 a deleted text is known by, everywhere (the DELETE audit rows, the being's
+    `loop/<being>/deleted.jsonl`, ingestion, POST episodes): of the text exactly as the parsers
+    give it (stripped of surrounding whitespace, nothing else), UTF-8."""
+    return _sha256(text.encode("utf-8"))
+
+
 @dataclass(frozen=True)
 class Deleted:
     """What a being's permanent forgets deleted, as ingestion must refuse it: the episode ids (its
@@ -80,7 +87,7 @@ class Deleted:
         """The episode was deleted for good: by its id, or its very text under another id."""
         if episode.episode_id in self.episode_ids:
             return True
-        return bool(self.text_sha256) and _sha256(episode.text.encode("utf-8")) in self.text_sha256
+        return bool(self.text_sha256) and text_sha256(episode.text) in self.text_sha256
 
     def quotes(self, raw: str) -> bool:
         """A line that is no episode (it would be quarantined) holds a deleted episode: its id, or
@@ -95,7 +102,7 @@ class Deleted:
             return False
         text = record.get("text")
         return record.get("id") in self.episode_ids or (
-            isinstance(text, str) and _sha256(text.encode("utf-8")) in self.text_sha256
+            isinstance(text, str) and text_sha256(text) in self.text_sha256
         )
 
 
