@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -68,6 +69,13 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def text_sha256(text: str) -> str:
+    """The sha256 a deleted text is known by, everywhere (the DELETE audit rows, the being's
+    `loop/<being>/deleted.jsonl`, ingestion, POST episodes): of the text exactly as the parsers
+    give it (stripped of surrounding whitespace, nothing else), UTF-8."""
+    return _sha256(text.encode("utf-8"))
+
+
 @dataclass(frozen=True)
 class Deleted:
     """What a being's permanent forgets deleted, as ingestion must refuse it: the episode ids (its
@@ -80,7 +88,7 @@ class Deleted:
         """The episode was deleted for good: by its id, or its very text under another id."""
         if episode.episode_id in self.episode_ids:
             return True
-        return bool(self.text_sha256) and _sha256(episode.text.encode("utf-8")) in self.text_sha256
+        return bool(self.text_sha256) and text_sha256(episode.text) in self.text_sha256
 
     def quotes(self, raw: str) -> bool:
         """A line that is no episode (it would be quarantined) holds a deleted episode: its id, or
@@ -95,7 +103,7 @@ class Deleted:
             return False
         text = record.get("text")
         return record.get("id") in self.episode_ids or (
-            isinstance(text, str) and _sha256(text.encode("utf-8")) in self.text_sha256
+            isinstance(text, str) and text_sha256(text) in self.text_sha256
         )
 
 
@@ -186,9 +194,10 @@ def blank_episodes(
     """The inbox file `data` with the lines of `episode_ids` blank, and how many lines were blanked.
 
     Line numbers stay, hence the other episodes' source_ref and a daily log's bullet times. A
-    daily-log entry loses its body lines too. `quotes` picks further lines to blank among those of
-    no episode that stays (a quarantined copy of a deleted text). What a permanent forget erased
-    leaves no line behind this way, in the erase and at ingestion alike.
+    daily-log entry loses its body lines too, a paragraph all its lines, never the next note's.
+    `quotes` picks further lines to blank among those of no episode that stays (a quarantined
+    copy of a deleted text). What a permanent forget erased leaves no line behind this way, in
+    the erase and at ingestion alike.
     """
     from mindflow.ingest import episode_hash_id
 
@@ -200,6 +209,7 @@ def blank_episodes(
     lines = data.split(b"\n")
     blank: set[int] = set()
     others: set[int] = set()  # lines of episodes that stay: they must keep matching DuckDB
+    starts = sorted(int(e.source_ref.rsplit(":", 1)[1]) - 1 for e in result.episodes if e.source_ref)
     for e in result.episodes:
         if not e.source_ref:
             continue
@@ -209,7 +219,13 @@ def blank_episodes(
             # Versions before content ids stored a daily-log bullet under the id of its time.
             ids.add(episode_hash_id(e.being_id, e.ts, e.speaker, e.text))
         if not ids.isdisjoint(episode_ids):
-            end = _entry_end(lines, start) if fmt == "daily-md" else start + 1
+            end = start + 1
+            if fmt == "daily-md":
+                # An entry's body or a paragraph's lines go with it, never the next note's lines.
+                following = bisect.bisect_right(starts, start)
+                end = min(
+                    _entry_end(lines, start), starts[following] if following < len(starts) else len(lines)
+                )
             blank.update(range(start, min(end, len(lines))))
         else:
             others.add(start)

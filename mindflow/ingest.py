@@ -114,6 +114,11 @@ _CONFIDENCE_WORDS = {"high": 0.9, "medium": 0.6, "med": 0.6, "low": 0.3}
 _BULLET = re.compile(r"^\s*[-*]\s+\[([^\]]*)\]\s*(.*)$")
 _HEADING2 = re.compile(r"^##(?!#)\s*(.*)$")
 _HEADING1 = re.compile(r"^#(?!#)\s")
+_ANY_HEADING = re.compile(r"^\s{0,3}#{1,6}(\s|$)")
+_PLAIN_BULLET = re.compile(r"^\s*[-*+]\s+(\S.*)$")
+_RULE = re.compile(r"^\s*([-*_=])(\s*\1){2,}\s*$")  # a thematic break (---, ***): structure
+# Prose and untagged bullets of a daily log: notes with no tag block.
+_PLAIN_NOTE: dict = {"kind": "message", "importance": None, "confidence": None, "tags": ()}
 _TIME = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 _TIME_LIKE = re.compile(r"^\d{1,2}:\d")
 _KEY_VALUE = re.compile(r"^([a-z]+)\s*[:=]\s*(.*)$", re.IGNORECASE)
@@ -651,10 +656,30 @@ def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseRes
                 emit(line_no, ts, text, fields)
         entry = None
 
+    # The open paragraph of prose outside any entry: [first line number, texts, lines]. Nothing of a
+    # daily log is lost: prose and untagged bullets are notes of their own (kind message).
+    paragraph: list | None = None
+
+    def close_paragraph() -> None:
+        nonlocal paragraph
+        if paragraph is not None:
+            line_no, body, raw = paragraph
+            text = "\n".join(b.strip() for b in body)
+            try:
+                _checked_text(text, max_chars)
+            except _Reject as reject:
+                result.quarantined.append(QuarantinedLine(file_name, line_no, str(reject), "\n".join(raw)))
+            else:
+                emit(line_no, midnight + timedelta(seconds=line_no), text, _PLAIN_NOTE, bullet_id(text))
+        paragraph = None
+
     for line_no, line in _lines(data, file_name, result):
+        if paragraph is not None and line_no != paragraph[0] + len(paragraph[2]):
+            close_paragraph()  # a blank (or undecodable) line ends a paragraph
         bullet = _BULLET.match(line)
         # "- [ ]" and "- [x]" are Markdown checkboxes, not tag blocks.
         if bullet and bullet[1].strip().lower() not in ("", "x"):
+            close_paragraph()
             close_entry()
             try:
                 fields = _entry_fields(bullet[1].split("|"))
@@ -669,6 +694,7 @@ def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseRes
             continue
         heading = _HEADING2.match(line)
         if heading:
+            close_paragraph()
             close_entry()
             parts = heading[1].split("|")
             head = parts[0].strip()
@@ -687,10 +713,23 @@ def _parse_daily_md(data: bytes, file_name: str, being_id: str, result: ParseRes
                 entry = [line_no, line, None, None, []]
             continue
         if _HEADING1.match(line):
+            close_paragraph()
             close_entry()
             continue
         if entry is not None:
             entry[4].append(line)
+        elif _ANY_HEADING.match(line) or _RULE.match(line):
+            close_paragraph()  # a section title or a rule outside an entry: structure, not a note
+        elif _PLAIN_BULLET.match(line):
+            close_paragraph()  # an untagged bullet (a checkbox too) is a note of its own
+            paragraph = [line_no, [_PLAIN_BULLET.match(line)[1]], [line]]
+            close_paragraph()
+        elif paragraph is None:
+            paragraph = [line_no, [line], [line]]
+        else:
+            paragraph[1].append(line)
+            paragraph[2].append(line)
+    close_paragraph()
     close_entry()
     result.quarantined.sort(key=lambda q: q.line)
 

@@ -128,3 +128,66 @@ def test_a_permanent_forget_blanks_a_note_stored_under_its_earlier_id(settings):
     done = (settings.inbox / DONE / "gandalf" / DAY).read_text()
     assert "cafeteria" not in done
     assert done.splitlines() == [("" if "cafeteria" in line else line) for line in PLAIN.splitlines()]
+
+
+# Prose and untagged bullets, as people write daily logs: none of it may be lost.
+PROSE = """# 2026-03-02
+Slept badly; the neighbours' party went on until three.
+Coffee helped.
+
+- [decision|i=0.9] Ship on Thursdays from now on.
+  because Friday deploys kept spilling into the weekend
+## Notes
+Lena's new number ends in 4471.
+---
+- call the plumber about the kitchen tap
+- [ ] renew the passport
+### Later
+Finished the Graz train booking.
+"""
+
+
+def test_daily_log_prose_and_untagged_bullets_are_notes_not_lost(settings):
+    """Prose outside a timed entry (a paragraph: lines up to a blank line, bullet or heading) and
+    untagged bullets become `message` notes, stored and blanked like tagged bullets; section
+    headings and rules are structure. A forget of a bullet leaves the next note's lines alone."""
+    inbox = settings.inbox / "gandalf"
+    inbox.mkdir(parents=True)
+    (inbox / DAY).write_text(PROSE)
+    with store.connect(settings.duckdb_path) as con:
+        report = ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 31))
+        rows = con.execute("SELECT episode_id, text, kind, source_ref FROM episodes ORDER BY ts").fetchall()
+        assert report.quarantined == 0
+        assert [(t, k, r) for _, t, k, r in rows] == [
+            (
+                "Slept badly; the neighbours' party went on until three.\nCoffee helped.",
+                "message",
+                f"{DAY}:2",
+            ),
+            ("Ship on Thursdays from now on.", "decision", f"{DAY}:5"),
+            ("because Friday deploys kept spilling into the weekend", "message", f"{DAY}:6"),
+            ("Lena's new number ends in 4471.", "message", f"{DAY}:8"),
+            ("call the plumber about the kitchen tap", "message", f"{DAY}:10"),
+            ("[ ] renew the passport", "message", f"{DAY}:11"),
+            ("Finished the Graz train booking.", "message", f"{DAY}:13"),
+        ]
+        # Landed again: the same notes, nothing new (ids follow the day and text, as bullets' do).
+        (inbox / DAY).write_text(PROSE)
+        again = ingest(con, settings.inbox, date(2026, 3, 1), date(2026, 3, 31))
+        assert (again.new, again.duplicates) == (0, 7)
+        ship = next(i for i, t, _, _ in rows if t.startswith("Ship"))
+        delete = ProposalStore(settings.proposals).create(
+            "gandalf", "forget", {"confirmed_refs": [], "confirmed_episode_ids": [ship]}, "user"
+        )
+        erase_inbox(con, settings, make_plan(con, "gandalf", [delete]), EraseReport())
+    done = (settings.inbox / DONE / "gandalf" / DAY).read_text()
+    assert done.splitlines() == [("" if "Ship on" in line else line) for line in PROSE.splitlines()]
+
+
+def test_an_over_long_paragraph_is_quarantined_whole():
+    text = "# 2026-03-02\nFirst line of a long paragraph.\n" + "x" * 50 + "\n- [fact] Kept.\n"
+    result = parse_bytes(text.encode(), DAY, "gandalf", "daily-md", max_chars=40)
+    assert [(q.line, q.reason.split(",")[0], q.raw) for q in result.quarantined] == [
+        (2, "text is 82 characters", "First line of a long paragraph.\n" + "x" * 50)
+    ]
+    assert [e.text for e in result.episodes] == ["Kept."]

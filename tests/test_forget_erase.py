@@ -472,6 +472,64 @@ def test_two_files_each_emptied_by_a_permanent_forget_leave_later_forgets_workin
         assert _grep(settings.resolved_home, phrase) == ""
 
 
+def test_a_deleted_text_posted_again_under_a_new_id_is_refused_and_never_recalled(copy, world):
+    """The read API never opens DuckDB, yet refuses a permanently forgotten text under any id, from
+    the confirm on: the confirm, and the `forget` job again, record each deleted text's sha256 (only
+    hashes) in loop/ada/deleted.jsonl. One accepted under another id before the confirm leaves the
+    fresh tail at once, and ingestion refuses it."""
+    from mindflow.api import create_app
+    from mindflow.api.server import BackgroundServer
+    from mindflow.recall import RecallConfig
+
+    settings = copy
+    config = RecallConfig.for_model(settings.embedding_model, min_similarity=0.1)
+    app = create_app(settings, recall_config=config, tokens={TOKEN: "*"})
+
+    def post(c: httpx.Client, episode_id: str) -> httpx.Response:
+        episode = {"id": episode_id, "ts": "2026-01-22T09:00:00Z", "speaker": "Lena", "text": SECRET}
+        return c.post("/v1/beings/ada/episodes", json={"episodes": [episode]})
+
+    def recalled(c: httpx.Client) -> list[str]:
+        response = c.post("/v1/beings/ada/recall", json={"query": "quokka vault code", "k": 10})
+        assert response.status_code == 200, response.text
+        return [m["text"] for m in response.json()["memories"]]
+
+    def refused(c: httpx.Client, episode_id: str) -> None:
+        def files() -> dict[Path, bytes]:
+            return {p: p.read_bytes() for p in sorted((settings.inbox / "ada").rglob("*")) if p.is_file()}
+
+        before = files()
+        response = post(c, episode_id)
+        assert response.status_code == 409, response.text
+        assert "permanently forgotten" in response.text and repr(episode_id) in response.text
+        assert PHRASE not in response.text and "quokka" not in response.text
+        assert files() == before  # nothing written
+        assert SECRET not in recalled(c)
+
+    with BackgroundServer(app) as server:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as c:
+            found = c.post("/v1/beings/ada/forget", json={"query": "quokka vault code"})
+            assert found.status_code == 200 and found.json()["candidates"], found.text
+            # Posted between the forget's two steps: no candidate, taken, recallable as a fresh memory.
+            assert post(c, "a66").status_code == 200
+            assert SECRET in recalled(c)
+            body = {"proposal_id": found.json()["proposal_id"], "confirm": True, "permanent": True}
+            assert c.post("/v1/beings/ada/forget", json=body).status_code == 200
+            refused(c, "a88")  # the fresh a66 is not served either
+            # The `forget` job records the hashes again from DuckDB: a confirm killed after its mark
+            # and before the hashes loses nothing.
+            (settings.loop / "ada" / "deleted.jsonl").unlink()
+            [summary] = run_job(settings, "forget")
+            assert summary.success
+            refused(c, "a89")
+    # Ingestion refuses the line accepted before the confirm, and nothing of the text is left.
+    [ingested] = run_job(settings, "ingest")
+    assert ingested.success and "deleted=1" in ingested.changes, ingested.changes
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        assert not con.execute("SELECT count(*) FROM episodes WHERE episode_id = 'a66'").fetchone()[0]
+    assert _grep(settings.resolved_home, PHRASE) == ""
+
+
 @pytest.mark.timeout(300)
 def test_with_a_narrative_model_the_chapter_is_told_again_by_it_without_the_secret(copy, llm_server):
     settings = copy
@@ -569,8 +627,13 @@ def _run_until_a_step_lands(env: dict[str, str], settings: Settings, world: Worl
 
 
 def test_a_killed_forget_run_finishes_when_run_again(copy, world):
+    from mindflow.inbox import text_sha256
+    from mindflow.loop.deleted_texts import read_hashes
+
     settings = copy
     proposal_id = _confirm_permanent(settings)
+    # As if the confirm had died before recording the texts' hashes: the killed runs record them.
+    (settings.loop / "ada" / "deleted.jsonl").unlink()
     env = {**os.environ, **_env(settings.resolved_home), "HF_HUB_OFFLINE": "1"}
     # Each run is killed just after it erases one more store, and starts over from what the killed
     # ones left; the run that has nothing visible left to erase finishes the DuckDB steps.
@@ -587,6 +650,7 @@ def test_a_killed_forget_run_finishes_when_run_again(copy, world):
     _everything_gone(settings)
     _consistent(settings, world)
     assert not list(settings.resolved_home.glob("*.erase-tmp*"))
+    assert text_sha256(SECRET) in read_hashes(settings.loop, "ada")
 
 
 def test_a_run_with_nothing_approved_changes_nothing(copy):

@@ -148,14 +148,14 @@ def test_each_format_lands_as_episodes_with_their_fields(settings, con):
         "Tomas decided to take the Lisbon offer.\n"
         "- [fact|i=0.4] Miso eats at six\n"
         "## Notes\n"
-        "free prose under an ordinary heading is not an entry\n",
+        "free prose under an ordinary heading is a note, not lost\n",
         encoding="utf-8",
     )
 
     report = ingest(con, inbox, OCT(12), OCT(20))
 
-    assert report.new == 6 and report.quarantined == 0
-    assert report.new_per_being == {"ada": 4, "bram": 2}
+    assert report.new == 7 and report.quarantined == 0
+    assert report.new_per_being == {"ada": 4, "bram": 3}
     rows = episodes_by_ref(con)
     assert set(rows) == {
         "log.jsonl:1",
@@ -164,6 +164,7 @@ def test_each_format_lands_as_episodes_with_their_fields(settings, con):
         "transcript.jsonl:3",
         "2026-10-20.md:2",
         "2026-10-20.md:4",
+        "2026-10-20.md:6",
     }
 
     pkce = rows["log.jsonl:1"]
@@ -198,6 +199,11 @@ def test_each_format_lands_as_episodes_with_their_fields(settings, con):
     assert decision["tags"] == ["work", "job"]
     assert (bullet["kind"], bullet["importance"], bullet["text"]) == ("fact", 0.4, "Miso eats at six")
     assert bullet["day"] == OCT(20) and bullet["format"] == "daily-md"
+    prose = rows["2026-10-20.md:6"]
+    assert (prose["kind"], prose["text"]) == (
+        "message",
+        "free prose under an ordinary heading is a note, not lost",
+    )
 
     # Every file covered by the run is done.
     assert pending_files(inbox) == []

@@ -337,8 +337,8 @@ Some loose prose that is not under any heading.
 - [decision|i=0.9] Move the weekly sync to Thursdays.
 - [fact] Sam's sister is called Ana.
 - [i=0.3] Tried the new ramen place.
-- plain bullet without tags is ignored
-- [ ] an unchecked box is ignored too
+- plain bullet without tags is a note too
+- [ ] an unchecked box is one as well
 
 ## 14:30 | decision | confidence:high | tags:[work, planning]
 We decided to ship v2 on Friday.
@@ -349,9 +349,9 @@ Sam prefers morning runs.
 ## 18:00
 Remember that the gym closes at 9.
 - [task] Book a dentist appointment.
-Text after a bullet belongs to no entry.
+Text after a bullet belongs to no entry: a note of its own.
 ## Notes
-Free-form notes under a plain section heading are ignored.
+Free-form notes under a plain section heading are notes too.
 """
 
 
@@ -363,13 +363,26 @@ def test_daily_md_bullets_and_headed_entries(tmp_path):
     assert result.quarantined == []
     eps = {e.source_ref: e for e in result.episodes}
     assert list(eps) == [
+        "2026-01-05.md:3",
         "2026-01-05.md:4",
         "2026-01-05.md:5",
         "2026-01-05.md:6",
+        "2026-01-05.md:7",
+        "2026-01-05.md:8",
         "2026-01-05.md:10",
         "2026-01-05.md:14",
         "2026-01-05.md:16",
         "2026-01-05.md:18",
+        "2026-01-05.md:19",
+        "2026-01-05.md:21",
+    ]
+    # Nothing is lost: prose and untagged bullets outside a timed entry are message notes.
+    assert [(eps[f"2026-01-05.md:{n}"].kind, eps[f"2026-01-05.md:{n}"].text) for n in (3, 7, 8, 19, 21)] == [
+        ("message", "Some loose prose that is not under any heading."),
+        ("message", "plain bullet without tags is a note too"),
+        ("message", "[ ] an unchecked box is one as well"),
+        ("message", "Text after a bullet belongs to no entry: a note of its own."),
+        ("message", "Free-form notes under a plain section heading are notes too."),
     ]
 
     decision = eps["2026-01-05.md:4"]

@@ -379,7 +379,7 @@ def create_app(
             being_id,
             records,
             max_chars=settings.max_episode_chars,
-            deleted=service.marks.state(being_id).deleted_episodes,
+            deleted=service.deleted(being_id),
             known=lambda ids: service.tail.known(being_id, ids),
         )
         # Recalled from the very next request of this server (others find the file within a second).

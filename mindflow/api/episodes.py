@@ -14,7 +14,7 @@ from filelock import Timeout
 from mindflow.config import MAX_EPISODE_CHARS
 from mindflow.errors import Conflict, MindflowError
 from mindflow.files import append_lines
-from mindflow.inbox import inbox_lock, validate_being_id
+from mindflow.inbox import Deleted, inbox_lock, validate_being_id
 from mindflow.ingest import REUSED_ID, parse_bytes
 from mindflow.models import Episode, utcnow
 
@@ -60,14 +60,15 @@ def append_episodes(
     now: datetime | None = None,
     *,
     max_chars: int = MAX_EPISODE_CHARS,
-    deleted: frozenset[str] = frozenset(),
+    deleted: Deleted | None = None,
     known: Callable[[list[str]], dict[str, Episode]] | None = None,
 ) -> AppendReport:
     """Validate every episode with the inbox JSONL parser, then append them all or nothing.
 
     An episode without an id is written with the id the parser derived, so the
-    ingestion of the file stores exactly the ids returned here. An episode of `deleted` (ids a
-    permanent forget deleted) is refused (Conflict): none is written. `known(ids)` gives the
+    ingestion of the file stores exactly the ids returned here. An episode `deleted` refuses (an id
+    a permanent forget deleted, or a deleted text under any id, as ingestion refuses them) is
+    refused (Conflict, naming the id, never the text): none is written. `known(ids)` gives the
     episodes already written under some of those ids: one with other text refuses the
     request (ingestion would quarantine the line), asked under the inbox lock so no
     other writer slips in between.
@@ -82,10 +83,16 @@ def append_episodes(
     if result.quarantined:
         problems = [{"index": q.line - 1, "reason": q.reason} for q in result.quarantined]
         raise InvalidEpisodes(problems, len(episodes))
-    if gone := [e.episode_id for e in result.episodes if e.episode_id in deleted]:
+    if deleted is not None and (gone := [e for e in result.episodes if deleted.refuses(e)]):
+        first = gone[0]
+        what = (
+            f"episode {first.episode_id!r} of {being_id} was permanently forgotten"
+            if first.episode_id in deleted.episode_ids
+            else f"the text of episode {first.episode_id!r} of {being_id} was permanently forgotten"
+        )
         raise Conflict(
-            f"episode {gone[0]!r} of {being_id} was permanently forgotten and is never stored again; "
-            f"send the request without it ({len(gone)} such; none of the {len(episodes)} was written)"
+            f"{what} and is never stored again; send the request without it "
+            f"({len(gone)} such; none of the {len(episodes)} was written)"
         )
     parsed = {int(e.source_ref.rsplit(":", 1)[1]): e for e in result.episodes}
     lines, ids = [], []

@@ -23,9 +23,10 @@ from mindflow.api.subconscious import Fallback, Subconscious
 from mindflow.config import ObjectStore, Settings
 from mindflow.embeddings import Embedder
 from mindflow.errors import MindflowError
-from mindflow.inbox import validate_being_id
+from mindflow.inbox import Deleted, validate_being_id
 from mindflow.ingest import is_heartbeat
 from mindflow.loop import tail as fresh_tail
+from mindflow.loop.deleted_texts import DeletedCache
 from mindflow.loop.marks import MarkCache, MarkState, visible, with_pins
 from mindflow.memories import TABLE
 from mindflow.models import utcnow
@@ -201,6 +202,7 @@ class RecallService:
         self.latest = lance.LatestTable(settings.lance_path, TABLE)
         # Tombstones and pins of every process, applied to each answer (one stat per request).
         self.marks = MarkCache(settings.loop)
+        self.deleted_texts = DeletedCache(settings.loop)
         # Accepted episodes not yet published, recalled beside the published memories.
         self.tail = fresh_tail.FreshTail(settings, self.embedder)
         # The resonance model, when one is configured (phases 1 and 5).
@@ -276,8 +278,10 @@ class RecallService:
         self._served.source = "hot" if index is not None else "lance"
         view = self.tail.view(being_id, table, version)
         excluded = set(exclude)
+        deleted = self.deleted(being_id)
         keep = [
             not marks.hides(f.ref, f.episode_ids)
+            and not deleted.refuses(f.episode)
             and f.ref not in excluded
             and _within(f.episode.ts, request.since, request.until)
             for f in view.memories
@@ -323,7 +327,18 @@ class RecallService:
         the version the request reads."""
         marks = self.marks.state(being_id)
         gone = marks.is_deleted if forgotten else marks.hides
-        return [f for f in self.tail.memories(being_id, table, version) if not gone(f.ref, f.episode_ids)]
+        # A deleted text accepted under another id before the erase ran is never served again.
+        deleted = self.deleted(being_id)
+        return [
+            f
+            for f in self.tail.memories(being_id, table, version)
+            if not gone(f.ref, f.episode_ids) and not deleted.refuses(f.episode)
+        ]
+
+    def deleted(self, being_id: str) -> Deleted:
+        """What the being's permanent forgets deleted, as ingestion refuses it: the episode ids of the
+        `delete` marks and the sha256 of each text the `forget` job recorded."""
+        return self.deleted_texts.deleted(being_id, self.marks.state(being_id).deleted_episodes)
 
     def fresh_memories(self, being_id: str, *, forgotten: bool = False) -> list[Memory]:
         """The being's fresh-tail memories (accepted, not yet published), tombstones and pins applied;

@@ -4,7 +4,8 @@ A `forget` proposal approved with `permanent` (and its `delete` mark, which hide
 memories on every server at once) is carried out by the `forget` job, in this order:
 
 1. plan: from DuckDB, what goes: the confirmed refs and episodes, the memories formed from
-   those episodes, their scenes, facts, relations, and every text they hold;
+   those episodes, their scenes, facts, relations, and every text they hold; the sha256 of each
+   text appended to `loop/<being>/deleted.jsonl`, so the read API refuses it from then on;
 2. inbox: the episodes' lines in pending and done inbox files blanked (line numbers keep),
    `inbox_files.sha256` brought in line so a backfill reads the new files; quarantine
    lines holding the texts removed;
@@ -59,7 +60,9 @@ from mindflow.audit import AuditRow
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
 from mindflow.files import atomic_write, fsync_dir
-from mindflow.inbox import Deleted
+from mindflow.inbox import Deleted, text_sha256
+from mindflow.loop import deleted_texts
+from mindflow.loop.deleted_texts import HASHED
 from mindflow.loop.proposals import Proposal, ProposalStore
 from mindflow.loop.scrub import Matcher, plain, words
 from mindflow.models import utcnow
@@ -86,7 +89,6 @@ LANCE_TABLES = {
     "aliases": "alias_id",
 }
 REWRITE_SUFFIX = ".erase-tmp"
-HASHED = "sha256:"
 # Files of a being's workspace the line scrub leaves alone: STORY.md is narrated again under its
 # lock; SOUL.md and IDENTITY.md are critical files a person approves (and hold no memories).
 _OWN_FILES = ("STORY.md", "SOUL.md", "IDENTITY.md")
@@ -172,8 +174,7 @@ class Plan:
         return sorted({sha256(t) for t in self.texts if t})
 
 
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+sha256 = text_sha256  # one hash of a text for the audit rows, deleted.jsonl and ingestion
 
 
 # --------------------------------------------------------------------------- what waits
@@ -239,6 +240,11 @@ def erase(
     """Steps 1-9 for one being (the ones that need a DuckDB connection), in their order."""
     report = EraseReport(proposals=len(proposals))
     plan = make_plan(con, being_id, proposals)
+    # Before anything is erased, while DuckDB still holds every text: the read API refuses them
+    # from now on (POST episodes, the fresh tail), as ingestion does.
+    deleted_texts.record_hashes(
+        settings.loop, being_id, plan.text_hashes(), [p.proposal_id for p in proposals]
+    )
     report.steps.append("plan")
     report.refs, report.episodes = len(plan.refs), len(plan.episodes)
     erase_inbox(con, settings, plan, report)
@@ -264,7 +270,8 @@ def erase(
 def deleted(con: duckdb.DuckDBPyConnection, loop_dir: Path, being_id: str) -> Deleted:
     """What the being's permanent forgets deleted, for ingestion to refuse: the episode ids of its
     `delete` marks (set at the confirm, before the erase), and the sha256 of each text the DELETE
-    audit rows recorded (step 6), so the same text under another id is refused too."""
+    audit rows recorded (step 6) or `loop/<being>/deleted.jsonl` lists (step 1), so the same text
+    under another id is refused too."""
     from mindflow.loop.marks import read_marks, state_of
 
     hashes: set[str] = set()
@@ -275,6 +282,7 @@ def deleted(con: duckdb.DuckDBPyConnection, loop_dir: Path, being_id: str) -> De
     ).fetchall():
         _, _, listed = (summary or "").partition(_HASHES_SAID)
         hashes.update(_SHA256.findall(listed))
+    hashes.update(deleted_texts.read_hashes(loop_dir, being_id))
     episodes = state_of(read_marks(loop_dir, being_id)).deleted_episodes
     return Deleted(frozenset(episodes), frozenset(hashes))
 

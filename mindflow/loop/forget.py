@@ -20,6 +20,8 @@ from typing import Any
 from mindflow import lance
 from mindflow.config import Settings
 from mindflow.errors import Conflict, MindflowError, NotFound
+from mindflow.inbox import text_sha256
+from mindflow.loop.deleted_texts import HASHED, record_hashes
 from mindflow.loop.marks import Mark, MarkState, append_marks, new_mark, read_marks, state_of
 from mindflow.loop.proposals import Proposal, ProposalStore
 from mindflow.recall import Memory, search_memory
@@ -352,15 +354,29 @@ def confirm(
         actor=decided_by,
         proposal_id=proposal_id,
     )
-    decided = store.decide(
-        being_id,
-        proposal_id,
-        "approved",
-        decided_by,
-        payload,
-        apply=lambda: append_marks(settings.loop, [mark]),
-    )
+    # A permanent forget's texts are refused by POST episodes and the fresh tail from now on, under
+    # any id; the `forget` job records them again from DuckDB (this is only the earliest moment).
+    hashes = _text_hashes(candidates[r] for r in target) if permanent else []
+
+    def apply() -> None:
+        append_marks(settings.loop, [mark])
+        if hashes:
+            record_hashes(settings.loop, being_id, hashes, [proposal_id])
+
+    decided = store.decide(being_id, proposal_id, "approved", decided_by, payload, apply=apply)
     return ForgetDecision(decided, mark)
+
+
+def _text_hashes(candidates: Iterable[dict[str, Any]]) -> list[str]:
+    """The sha256 of each candidate's text (one a scrub left as `sha256:<hex>` is that hash)."""
+    out = set()
+    for c in candidates:
+        text = c.get("text") or ""
+        if text.startswith(HASHED):
+            out.add(text.removeprefix(HASHED))
+        elif text.strip():
+            out.add(text_sha256(text))
+    return sorted(out)
 
 
 def reject(settings: Settings, being_id: str, proposal_id: str, decided_by: str = "user") -> Proposal:
