@@ -175,6 +175,21 @@ def _node_count(settings: Settings) -> dict[str, int]:
         return dict(con.execute("SELECT being_id, count(*) FROM nodes GROUP BY 1").fetchall())
 
 
+def _write_hot_index(settings: Settings) -> None:
+    """The hot index files a server of two workers writes for ada, as its first recall builds them."""
+    from mindflow.api.models import RecallRequest
+    from mindflow.api.service import RecallService
+    from mindflow.recall import RecallConfig
+
+    two = settings.model_copy(update={"api_workers": 2})
+    service = RecallService(two, RecallConfig.for_model(settings.embedding_model))
+    try:
+        service.recall("ada", RecallRequest(query="quokka vault code"))
+        assert service.hot.wait("ada")
+    finally:
+        service.hot.close()
+
+
 def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
     settings = copy
     secret_ref = world.refs["a02"]
@@ -195,6 +210,9 @@ def test_a_permanent_forget_leaves_nothing_of_the_text(copy, world):
         run_id=None,
     )
     assert any(PHRASE in p.read_text() for p in (settings.inbox / ".quarantine" / "ada").iterdir())
+    # A server of several workers keeps the being's hot index as files under cache/hot.
+    _write_hot_index(settings)
+    assert _grep(settings.hot_index, PHRASE)  # the index's rows.arrow holds the text
     # The secret sent again, waiting in the inbox beside a new episode.
     a06 = ("a06", "2026-01-21T09:00:00Z", "Lena booked a train to Graz for the weekend.", "event")
     _write(settings.inbox, "ada", [ADA[1], a06], name="resent.jsonl")

@@ -13,7 +13,8 @@ memories on every server at once) is carried out by the `forget` job, in this or
 4. lance: the rows removed from `memories`, `memory_history`, `facts`, `relations` and
    `aliases` by writing each table again without them (a delete only marks rows, and
    compaction keeps a fragment with few deleted rows), its indexes built again (the
-   full-text index holds the words), then every older version and unverified file removed;
+   full-text index holds the words), then every older version and unverified file removed,
+   and the servers' hot index files of the older versions of `memories` (`cache/hot`);
 5. workspace: the STORY.md chapters that tell a deleted episode narrated again without it
    (mechanically), MEMORY.md rebuilt, other lines holding the texts removed, each an
    audited commit; then the being's rows of `journal_chunks` (chunks of those files, read
@@ -127,6 +128,7 @@ class EraseReport:
     # LanceDB
     lance_rows: int = 0
     lance_versions_removed: int = 0
+    hot_index_folders: int = 0
     # workspace
     chapters_renarrated: int = 0
     journal_rows: int = 0  # chunks of the being's memory files removed (indexed again later)
@@ -556,6 +558,21 @@ def erase_lance(settings: Settings, plan: Plan, report: EraseReport) -> None:
         if versions > 1:
             _cleanup(table)
             report.lance_versions_removed += versions - len(table.list_versions())
+        if name == "memories":
+            report.hot_index_folders += _remove_hot_index(settings, plan.being_id, table.version)
+
+
+def _remove_hot_index(settings: Settings, being_id: str, version: int) -> int:
+    """The being's hot index files of the versions before this one: the servers' copies of the
+    rows just removed (`cache/hot`, kept two versions deep by the servers themselves)."""
+    from mindflow.recall.hot_files import HotFiles
+
+    files = HotFiles(settings.hot_index)
+    if not (files.root / being_id).is_dir():
+        return 0
+    # The lock a server holds while it builds or prunes them: none is half-written when they go.
+    with files.lock(being_id).acquire(timeout=60):
+        return files.remove_before(being_id, version)
 
 
 def _cleanup(table) -> None:

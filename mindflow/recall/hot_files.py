@@ -160,6 +160,25 @@ class HotFiles:
             if path != keep:
                 shutil.rmtree(path, ignore_errors=True)
 
+    def remove_before(self, being_id: str, version: int) -> int:
+        """Remove the being's versions older than `version` (a permanent forget rewrote the table
+        at it: the older ones hold what it deleted); how many went. Call with the lock held. A
+        worker that maps one keeps its pages and builds the current version on its next recall."""
+        folder = self.root / validate_being_id(being_id)
+        if not folder.is_dir():
+            return 0
+        removed = 0
+        for path in folder.iterdir():
+            if path.is_dir() and path.name.startswith("v"):
+                try:
+                    older = int(path.name[1:].split("-")[0]) < version
+                except ValueError:
+                    continue
+                if older:
+                    self._discard(path)
+                    removed += 1
+        return removed
+
     def _discard(self, folder: Path) -> None:
         # Renamed first: the version's name is free at once, even if removing the files fails.
         away = folder.with_name(f"{STALE}{uuid.uuid4().hex}")
