@@ -353,10 +353,11 @@ def get_history(
 ) -> MemoryHistory:
     """Every change of the memory, oldest first, with time, actor, run id and the fields before/after.
 
-    The decisions of `unfolded` marks (forget, restore, pin, unpin set since the last run
-    folded the being's marks) follow, pending. A permanently deleted memory keeps its history
-    without content, ending with `deleted` (pending until the run that erases it has written
-    its own row). NotFound when the being has no such memory and no history of it.
+    The decisions of `unfolded` marks (forget, restore, delete, pin, unpin set since the last
+    run folded the being's marks) follow, pending, every one of them in the order set: a
+    restore and then a permanent forget are both told. A permanently deleted memory keeps its
+    history without content, ending with `deleted` (pending until a run has written its row).
+    NotFound when the being has no such memory and no history of it.
     """
     _check_ref(being_id, ref)
     rows = memory_history.rows_of(history_table, being_id, ref)
@@ -381,27 +382,31 @@ def get_history(
         )
         for r in rows
     ]
-    if deleted and not any(e.operation == "deleted" for e in entries):
-        mark = next(
-            (
-                m
-                for m in reversed(list(marks))
-                if m.op == "delete" and (ref in m.refs or set(episodes) & set(m.episode_ids))
-            ),
-            None,
-        )
-        if mark is not None:
-            entries.append(HistoryEntry(None, mark.ts, "deleted", mark.actor, None, None, None, pending=True))
-    elif not deleted:
-        entries += [
-            HistoryEntry(None, m.ts, _MARK_OPERATIONS[m.op], m.actor, pending=True)
-            for m in unfolded
-            if m.op in _MARK_OPERATIONS and targets(m, ref, episodes)
-        ]
+    pending = [
+        HistoryEntry(None, m.ts, _MARK_OPERATIONS[m.op], m.actor, pending=True)
+        for m in unfolded
+        if targets(m, ref, episodes)
+    ]
+    if any(e.operation == "deleted" for e in entries):
+        # The delete is on record (the fold or the erase wrote its row): not twice.
+        pending = [e for e in pending if e.operation != "deleted"]
+    elif deleted and not any(e.operation == "deleted" for e in pending):
+        # Folded into a memory a soft forget had archived already (no row changed), and not
+        # erased yet: the delete stays pending until the erase writes its row.
+        deletes = [m for m in marks if m.op == "delete" and targets(m, ref, episodes)]
+        if deletes:
+            pending.append(HistoryEntry(None, deletes[-1].ts, "deleted", deletes[-1].actor, pending=True))
+    entries += pending
     return MemoryHistory(being_id, ref, deleted, entries)
 
 
-_MARK_OPERATIONS = {"forget": "forgotten", "restore": "restored", "pin": "pinned", "unpin": "unpinned"}
+_MARK_OPERATIONS = {
+    "forget": "forgotten",
+    "restore": "restored",
+    "delete": "deleted",
+    "pin": "pinned",
+    "unpin": "unpinned",
+}
 
 
 def fresh_record(memory, state: MarkState = MarkState()) -> MemoryRecord:

@@ -457,6 +457,34 @@ def test_a_forgotten_memory_can_still_be_deleted_for_good(world):
     assert one.post("/v1/beings/ada/forget", json={"refs": [cat]}).status_code == 404
 
 
+def _history_of(client, ref: str) -> dict:
+    response = client.get(f"/v1/beings/ada/memories/{ref}/history")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _forget(client, ref: str, permanent: bool = False) -> None:
+    proposal = client.post("/v1/beings/ada/forget", json={"refs": [ref]}).json()["proposal_id"]
+    body = {"proposal_id": proposal, "confirm": True, "permanent": permanent}
+    assert client.post("/v1/beings/ada/forget", json=body).status_code == 200
+
+
+def test_every_pending_decision_shows_once_a_permanent_forget_follows(world):
+    """Forget, restore, then delete for good, before any run: three decisions, all pending, in order."""
+    settings, refs, (one, two) = world
+    cat = refs["a02"]
+    _forget(one, cat)
+    assert two.post(f"/v1/beings/ada/memories/{cat}/restore").status_code == 200
+    _forget(two, cat, permanent=True)
+    for client in (one, two):
+        found = _history_of(client, cat)
+        assert found["deleted"] is True
+        pending = [(e["operation"], e["actor"]) for e in found["entries"] if e["pending"]]
+        assert pending == [("forgotten", "user"), ("restored", "user"), ("deleted", "user")]
+        assert [e["operation"] for e in found["entries"]][-3:] == ["forgotten", "restored", "deleted"]
+    assert one.get(f"/v1/beings/ada/memories/{cat}").status_code == 404
+
+
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     settings, refs, (one, _) = world
     bicycle = refs["b01"]
