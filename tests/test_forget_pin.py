@@ -485,6 +485,41 @@ def test_every_pending_decision_shows_once_a_permanent_forget_follows(world):
     assert one.get(f"/v1/beings/ada/memories/{cat}").status_code == 404
 
 
+def test_the_fold_of_a_permanent_forget_reads_deleted_not_forgotten(world):
+    """The run that archives a memory a person deleted for good records that decision, once: the
+    erase that follows writes no second `deleted` row."""
+    from mindflow.loop.erase import erase_all
+
+    settings, refs, (one, two) = world
+    cat = refs["a02"]
+    _forget(one, cat, permanent=True)
+    assert _fold(settings).forgotten == 1  # archived until the forget job erases it
+    with store.connect(settings.duckdb_path) as con:
+        rows = con.execute(
+            "SELECT operation, before::VARCHAR, after::VARCHAR, actor, run_id FROM history "
+            "WHERE memory_ref = ? AND run_id = 'test-run' ORDER BY rowid",
+            [cat],
+        ).fetchall()
+        audit = con.execute(
+            "SELECT action, summary FROM audit_log WHERE run_id = 'test-run' ORDER BY rowid"
+        ).fetchall()
+    assert rows == [("deleted", '{"status":"active"}', '{"status":"archived"}', "user", "test-run")]
+    assert audit == [("ARCHIVE", "ada: 1 memories deleted")]
+    found = _history_of(two, cat)
+    assert found["deleted"] is True
+    assert [(e["operation"], e["pending"]) for e in found["entries"]][-1] == ("deleted", False)
+    assert "forgotten" not in [e["operation"] for e in found["entries"]]
+
+    erase_all(settings, run_id="forget-run")
+    with store.connect(settings.duckdb_path) as con:
+        deleted = con.execute(
+            "SELECT before, after, run_id FROM history WHERE memory_ref = ? AND operation = 'deleted'", [cat]
+        ).fetchall()
+    assert deleted == [(None, None, "test-run")]  # one decision, one row, without content
+    ops = [e["operation"] for e in _history_of(one, cat)["entries"]]
+    assert ops.count("deleted") == 1 and ops[-1] == "deleted" and "forgotten" not in ops
+
+
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     settings, refs, (one, _) = world
     bicycle = refs["b01"]

@@ -30,8 +30,9 @@ HISTORY_ACTIONS = {
     "unpinned": "EDIT",
     "deleted": "DELETE",
 }
-# Written by the fold of a person's marks, which audits and commits them itself (mindflow.loop.fold).
-DECIDED_BY_MARKS = ("forgotten", "restored", "pinned", "unpinned")
+# Written by the fold of a person's marks, which audits and commits them itself (mindflow.loop.fold);
+# `deleted` by that fold or by the `forget` job, which writes its own DELETE row.
+DECIDED_BY_MARKS = ("forgotten", "restored", "deleted", "pinned", "unpinned")
 
 
 def log_history(

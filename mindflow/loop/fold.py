@@ -177,10 +177,12 @@ def _decisions(
     for ref, node_episodes, hidden, status, pinned in nodes:
         memory = _Memory(ref, tuple(node_episodes), bool(hidden), status, bool(pinned))
         if tracker.hides(ref, memory.episodes) != hidden:
+            deleted = tracker.is_deleted(ref, memory.episodes)
             rows += memory.hide(
                 not hidden,
-                actors.get("delete") or actors.get("forget", "user"),
+                actors.get("delete" if deleted else "forget", "user"),
                 actors.get("restore", "user"),
+                deleted=deleted,
             )
         memories.append(memory)
     by_ref = {m.ref: m for m in memories}
@@ -196,7 +198,11 @@ def _decisions(
         for memory in dict.fromkeys(named):  # each once, in a fixed order
             if mark.op in FORGETTING:
                 rows += memory.hide(
-                    tracker.hides(memory.ref, memory.episodes), mark.actor, mark.actor, mark.mark_id
+                    tracker.hides(memory.ref, memory.episodes),
+                    mark.actor,
+                    mark.actor,
+                    mark.mark_id,
+                    deleted=tracker.is_deleted(memory.ref, memory.episodes),
                 )
             else:
                 rows += memory.pin(mark.op == "pin", mark.actor, mark.mark_id)
@@ -214,16 +220,24 @@ class _Memory:
     pinned: bool
 
     def hide(
-        self, hidden: bool, forget_actor: str, restore_actor: str, mark_id: str | None = None
+        self,
+        hidden: bool,
+        forget_actor: str,
+        restore_actor: str,
+        mark_id: str | None = None,
+        *,
+        deleted: bool = False,
     ) -> list[Row]:
+        """`deleted`: hidden by a permanent forget, whose archival reads as that decision."""
         if hidden == self.hidden:
             return []
         self.hidden = hidden
         if hidden:
+            operation = "deleted" if deleted else "forgotten"
             return [
                 Row(
                     self.ref,
-                    "forgotten",
+                    operation,
                     {"status": self.status},
                     {"status": "archived"},
                     forget_actor,
@@ -248,7 +262,7 @@ def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
         return []
     archived = con.execute(
         f"""
-        SELECT n.node_id, n.status FROM nodes n
+        SELECT n.node_id, n.status, coalesce(n.source_episode_ids, []) FROM nodes n
         WHERE n.being_id = $being AND n.forgotten_at IS NULL AND {_HIDDEN}
         """,
         _used(params, _HIDDEN, "$being"),
@@ -266,12 +280,16 @@ def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
             "WHERE list_contains($refs, memory_ref)",
             {"refs": refs, "now": now},
         )
-        actor = actors.get("delete") or actors.get("forget", "user")
-        rows = [
-            Row(ref, "forgotten", {"status": status}, {"status": "archived"}, actor)
-            for ref, status in archived
-            if ref not in decided
-        ]
+        rows = []
+        for ref, status, episodes in archived:
+            if ref not in decided:
+                # A permanent forget archives the memory until the `forget` job erases it: that decision.
+                op, operation = (
+                    ("delete", "deleted") if state.is_deleted(ref, episodes) else ("forget", "forgotten")
+                )
+                rows.append(
+                    Row(ref, operation, {"status": status}, {"status": "archived"}, actors.get(op, "user"))
+                )
         report.forgotten += len(archived)
     for table, key in (("facts", "fact_id"), ("relations", "relation_id")):
         (n,) = con.execute(
@@ -433,7 +451,7 @@ def _audit(
         n_facts = f" and {facts[key]} facts" if key in facts else ""
         audit.append(
             AuditRow(
-                "ARCHIVE" if operation == "forgotten" else "EDIT",
+                "ARCHIVE" if operation in ("forgotten", "deleted") else "EDIT",
                 "table:nodes",
                 actor,
                 f"{being_id}: {len(refs)} memories{n_facts} {operation}",
