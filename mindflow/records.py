@@ -427,10 +427,12 @@ def fresh_record(memory, state: MarkState = MarkState()) -> MemoryRecord:
     return _record(row, state)
 
 
-def fresh_history(memory, marks: Iterable[Mark]) -> MemoryHistory:
-    """The history of a fresh memory: accepted, then the marks set on it, all pending until a run
-    forms the memory and folds them in."""
-    entries = [HistoryEntry(None, memory.ts or datetime.min, "accepted", "agent", pending=True)]
+def fresh_history(memory, marks: Iterable[Mark], accepted_at: datetime | None = None) -> MemoryHistory:
+    """The history of a fresh memory: accepted (at `accepted_at`, when the API took it), then the
+    marks set on it, all pending until a run forms the memory and folds them in."""
+    # The episode's `ts` says when it happened, not when the memory came to be: only a fallback.
+    accepted = accepted_at or memory.ts or datetime.min
+    entries = [HistoryEntry(None, accepted, "accepted", "agent", pending=True)]
     for mark in marks:
         if mark.op in _MARK_OPERATIONS and targets(mark, memory.memory_ref, memory.source_episode_ids):
             entries.append(HistoryEntry(None, mark.ts, _MARK_OPERATIONS[mark.op], mark.actor, pending=True))

@@ -439,6 +439,27 @@ def test_a_forgotten_fresh_memory_reads_archived_at_once_like_a_published_one(wo
     assert one.get(f"/v1/beings/ada/memories/{ref}").json()["status"] == "active"
 
 
+def test_a_fresh_memory_is_accepted_when_the_api_took_it_not_when_it_happened(world):
+    """`accepted` dates the write, on the server that took it and on another that read the file."""
+    from mindflow.models import utcnow
+
+    settings, _, (one, two) = world
+    before = utcnow()
+    episode = {"ts": "2026-02-25T09:00:00Z", "speaker": "Lena", "text": "The bike lock code is 3190."}
+    assert one.post("/v1/beings/ada/episodes", json={"episodes": [episode]}).status_code == 200
+    after = utcnow()
+    recalled = one.post("/v1/beings/ada/recall", json={"query": "bike lock code"}).json()["memories"]
+    (ref,) = [m["memory_ref"] for m in recalled if m["fresh"]]
+    assert one.post(f"/v1/beings/ada/memories/{ref}/pin").status_code == 200
+    for client in (one, two):
+        entries = _history_of(client, ref)["entries"]
+        assert [(e["operation"], e["pending"]) for e in entries] == [("accepted", True), ("pinned", True)]
+        accepted, pinned = (datetime.fromisoformat(e["ts"]).replace(tzinfo=None) for e in entries)
+        # The file's write time, to the second (some file systems keep no finer time).
+        assert before.replace(microsecond=0) <= accepted <= after, (accepted, before, after)
+        assert accepted <= pinned
+
+
 def test_a_forgotten_memory_can_still_be_deleted_for_good(world):
     settings, refs, (one, two) = world
     cat = refs["a02"]
