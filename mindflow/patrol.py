@@ -176,12 +176,14 @@ def step_nodes(
     params: PatrolParams,
     now: datetime,
     llm=None,
+    actor: str = "patrol",
 ) -> StepReport:
     """❶b Nodes for new scenes: fresh, importance clamped, embedded in one batch, clustered.
 
     With a patrol model, nodes that fit no sub-cluster go to the root the model names
     (Business or Private); without one, or where it gave no valid label, to the closer
-    root prototype.
+    root prototype. `actor`: the job that forms them (`form` after ingestion, else `patrol`),
+    named by their `formed` history rows.
     """
     scenes = _scenes_without_node(con, [being_id])
     if not scenes:
@@ -257,8 +259,8 @@ def step_nodes(
             f"INSERT INTO history {HISTORY_COLUMNS} "
             "SELECT 'h-' || uuid()::VARCHAR, ?, n.node_id, n.being_id, 'formed', NULL, "
             "to_json({'status': n.status, 'cluster_id': n.cluster_id, 'importance': n.importance}), "
-            "NULL, 'patrol' FROM new_nodes x JOIN nodes n ON n.node_id = x.node_id WHERE n.created_at = ?",
-            [now, now],
+            "NULL, ? FROM new_nodes x JOIN nodes n ON n.node_id = x.node_id WHERE n.created_at = ?",
+            [now, actor, now],
         )
     recompute_cluster_vectors(con, being_id, now)
     return StepReport(
@@ -637,6 +639,7 @@ def form(
     run_id: str | None = None,
     scenes: bool = False,
     extraction_llm=None,
+    actor: str = "form",
 ) -> FormReport:
     """❶ for one being: nodes for its new scenes (embedded, clustered), then its marks and recall events.
 
@@ -646,7 +649,7 @@ def form(
     are folded after ❶, so a node formed from an episode already forgotten is archived before
     it is published. The recall events are folded after ❶ as well: an agent recalls a fresh
     memory under the ref its node gets here, so the event reinforces the node instead of
-    counting as unknown.
+    counting as unknown. `actor`: the job running it, `form` or (from `run`) `patrol`.
     """
     params = params or PatrolParams()
     now = now or utcnow()
@@ -661,7 +664,7 @@ def form(
         scene_report = StepReport("❶ scenes (LLM)", extracted.counts(), extracted.errors)
     elif scenes:
         scene_report = step_scenes(con, being_id, now)
-    nodes = step_nodes(con, being_id, embedder, params, now, llm=llm)
+    nodes = step_nodes(con, being_id, embedder, params, now, llm=llm, actor=actor)
     marks = None
     if settings is not None:
         from mindflow.loop.fold import fold_marks
@@ -706,7 +709,7 @@ def run(
     now = now or utcnow()
     formed = form(
         con, being_id, embedder, params, now, events_dir=events_dir, llm=llm, settings=settings,
-        run_id=run_id, scenes=scenes, extraction_llm=extraction_llm,
+        run_id=run_id, scenes=scenes, extraction_llm=extraction_llm, actor="patrol",
     )  # fmt: skip
     sessions = step_session_counts(con, being_id, now, session_run)
     dying = step_dying(con, being_id, params, now)
