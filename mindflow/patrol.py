@@ -920,8 +920,11 @@ def merge_nodes(
     absorbed: list[str],
     now: datetime,
     actor: str = "patrol",
+    run_id: str | None = None,
 ) -> int:
     """Merge `absorbed` into `survivor` (the caller holds the transaction); returns the nodes absorbed.
+
+    `run_id`: the run, for callers that stamp no run id on their rows afterwards (the patrol does).
 
     The survivor gains 0.05 importance and the absorbed nodes' history as `when` items; the
     absorbed die pointing at it. Nodes already dead are left out, so applying a merge twice
@@ -965,8 +968,8 @@ def merge_nodes(
     con.execute(
         f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, "
         "being_id, 'merged', to_json({'status': status}), to_json({'status': 'dead', 'into': ?}), "
-        "NULL, ? FROM nodes WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
-        [now, survivor, actor, absorbed],
+        "?, ? FROM nodes WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+        [now, survivor, run_id, actor, absorbed],
     )
     con.execute(
         "UPDATE nodes SET status = 'dead', fresh = FALSE, absorbed_into = ?, "
@@ -984,8 +987,8 @@ def merge_nodes(
     con.execute(
         f"INSERT INTO history {HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, "
         "'absorbed', to_json({'importance': ?}), to_json({'importance': least(1.0, ? + 0.05), "
-        "'absorbed': ?::VARCHAR[]}), NULL, ?)",
-        [now, survivor, being_id, before, before, absorbed, actor],
+        "'absorbed': ?::VARCHAR[]}), ?, ?)",
+        [now, survivor, being_id, before, before, absorbed, run_id, actor],
     )
     return len(absorbed)
 
