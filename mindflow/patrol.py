@@ -80,10 +80,10 @@ def ensure_roots(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -
 
 
 def step_fold_events(
-    con: duckdb.DuckDBPyConnection, being_id: str, events_dir: Path, now: datetime
+    con: duckdb.DuckDBPyConnection, being_id: str, events_dir: Path, now: datetime, run_id: str | None = None
 ) -> StepReport:
     """⓪ Reinforcement from recalls since the last patrol, each event folded exactly once."""
-    report = events.fold_events(con, events_dir, being_id, now)
+    report = events.fold_events(con, events_dir, being_id, now, run_id)
     return StepReport(
         "⓪ recall events",
         {
@@ -670,7 +670,7 @@ def form(
         from mindflow.loop.fold import fold_marks
 
         marks = StepReport("marks", fold_marks(con, settings, being_id, now, run_id).counts())
-    events = step_fold_events(con, being_id, events_dir, now) if events_dir is not None else None
+    events = step_fold_events(con, being_id, events_dir, now, run_id) if events_dir is not None else None
     return FormReport(
         roots=roots,
         nodes=nodes,

@@ -351,7 +351,8 @@ def get_history(
     marks: Iterable[Mark] = (),
     unfolded: Iterable[Mark] = (),
 ) -> MemoryHistory:
-    """Every change of the memory, oldest first, with time, actor, run id and the fields before/after.
+    """Every change of the memory in the order it happened, with time, actor, run id and the fields
+    before/after.
 
     The decisions of `unfolded` marks (forget, restore, delete, pin, unpin set since the last
     run folded the being's marks) follow, pending, every one of them in the order set: a
@@ -396,7 +397,9 @@ def get_history(
         deletes = [m for m in marks if m.op == "delete" and targets(m, ref, episodes)]
         if deletes:
             pending.append(HistoryEntry(None, deletes[-1].ts, "deleted", deletes[-1].actor, pending=True))
-    entries += pending
+    # By their moment; on a tie the rows first (a run folds the marks after them), in the order
+    # written, then the marks in the order set (the order a fold will write them in): a stable sort.
+    entries = sorted(entries + pending, key=lambda e: e.ts)
     return MemoryHistory(being_id, ref, deleted, entries)
 
 

@@ -541,6 +541,31 @@ def test_the_fold_of_a_permanent_forget_reads_deleted_not_forgotten(world):
     assert ops.count("deleted") == 1 and ops[-1] == "deleted" and "forgotten" not in ops
 
 
+def test_history_tells_recalls_and_marks_in_the_order_they_happened(world, embedder):
+    """A recall, then a pin, then a run that folds both: the reinforcement comes first, as it
+    happened, not after the pin because the run folds marks before recall events."""
+    from mindflow.models import utcnow
+    from mindflow.patrol import form
+
+    settings, refs, (one, two) = world
+    tea = refs["a04"]
+    assert tea in _recalled(one, "favourite smoked tea")
+    assert one.post(f"/v1/beings/ada/memories/{tea}/pin").status_code == 200
+    pending = [(e["operation"], e["pending"]) for e in _history_of(two, tea)["entries"]]
+    assert pending[-1] == ("pinned", True)
+    with store.connect(settings.duckdb_path) as con:
+        form(
+            con, "ada", embedder, now=utcnow(), events_dir=settings.events, settings=settings, run_id="form-1"
+        )
+    _publish(settings)
+    entries = _history_of(two, tea)["entries"]
+    assert [(e["operation"], e["pending"], e["run_id"]) for e in entries][-2:] == [
+        ("reinforced", False, "form-1"),
+        ("pinned", False, "form-1"),
+    ]
+    assert [e["ts"] for e in entries] == sorted(e["ts"] for e in entries)
+
+
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     settings, refs, (one, _) = world
     bicycle = refs["b01"]

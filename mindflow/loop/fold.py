@@ -8,7 +8,7 @@ set-based and idempotent, so a run killed halfway and run again finishes the job
 History follows the decisions, not only the state: each mark not folded before writes a
 row for every memory it changes, in the order the marks were set, so a forget and its
 restore between two runs are both on record though the memory ends as it was. Only what
-changes writes a row.
+changes writes a row, dated when its mark was set.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def fold_marks(
     actors = _actors(marks)
     with store.transaction(con):
         # Before the statements below change them: each memory as the new marks found it.
-        decided, rows = _decisions(con, being_id, [m for m in marks if m.mark_id in folded], new, actors)
+        decided, rows = _decisions(con, being_id, [m for m in marks if m.mark_id in folded], new, actors, now)
         rows += _forget(con, being_id, state, now, report, actors, decided)
         rows += _restore(con, being_id, state, now, report, actors, decided)
         rows += _pins(con, being_id, state, now, report, actors, decided)
@@ -117,6 +117,7 @@ class Row(NamedTuple):
     after: dict
     actor: str
     mark_id: str | None = None  # the decision it records; None: the marks' state caught up with
+    ts: datetime | None = None  # when it happened; None: now, when the run applied it
 
 
 # Nodes a tombstone hides: by ref, or formed from a forgotten episode.
@@ -146,14 +147,16 @@ def _used(params: dict, *sql: str) -> dict:
 
 
 def _decisions(
-    con, being_id: str, old: list[Mark], new: list[Mark], actors: dict[str, str]
+    con, being_id: str, old: list[Mark], new: list[Mark], actors: dict[str, str], now: datetime
 ) -> tuple[set[str], list[Row]]:
     """The history rows of the memories the new marks name, one per change, in mark order.
 
     Each memory starts as DuckDB holds it. A tombstone folded before the memory was formed
     (set on its episode while it was fresh) is caught up first, as the set-based statements
-    would; then each new mark is applied in turn. Returns the memories decided here, whose
-    rows the set-based statements leave out.
+    would, dated when the memory was formed; then each new mark is applied in turn, its row
+    dated when the mark was set (as its pending entry was), so a recall folded by the same run
+    sorts before or after it as it happened. Returns the memories decided here, whose rows the
+    set-based statements leave out.
     """
     if not new:
         return set(), []
@@ -162,20 +165,21 @@ def _decisions(
     nodes = con.execute(
         f"""
         SELECT n.node_id, coalesce(n.source_episode_ids, []), n.forgotten_at IS NOT NULL,
-               CASE WHEN n.forgotten_at IS NULL THEN n.status ELSE {_STATUS_BEFORE} END, n.pinned
+               CASE WHEN n.forgotten_at IS NULL THEN n.status ELSE {_STATUS_BEFORE} END, n.pinned,
+               least(coalesce(n.created_at, $now), $now)
         FROM nodes n
         WHERE n.being_id = $being AND {_HIDDEN}
         ORDER BY n.node_id
         """,
-        {"being": being_id, "refs": refs, "episodes": episodes},
+        {"being": being_id, "refs": refs, "episodes": episodes, "now": now},
     ).fetchall()
     tracker = MarkTracker()
     for mark in old:
         tracker.apply(mark)
     rows: list[Row] = []
     memories = []
-    for ref, node_episodes, hidden, status, pinned in nodes:
-        memory = _Memory(ref, tuple(node_episodes), bool(hidden), status, bool(pinned))
+    for ref, node_episodes, hidden, status, pinned, formed in nodes:
+        memory = _Memory(ref, tuple(node_episodes), bool(hidden), status, bool(pinned), formed, now)
         if tracker.hides(ref, memory.episodes) != hidden:
             deleted = tracker.is_deleted(ref, memory.episodes)
             rows += memory.hide(
@@ -183,6 +187,7 @@ def _decisions(
                 actors.get("delete" if deleted else "forget", "user"),
                 actors.get("restore", "user"),
                 deleted=deleted,
+                ts=formed,
             )
         memories.append(memory)
     by_ref = {m.ref: m for m in memories}
@@ -203,9 +208,10 @@ def _decisions(
                     mark.actor,
                     mark.mark_id,
                     deleted=tracker.is_deleted(memory.ref, memory.episodes),
+                    ts=mark.ts,
                 )
             else:
-                rows += memory.pin(mark.op == "pin", mark.actor, mark.mark_id)
+                rows += memory.pin(mark.op == "pin", mark.actor, mark.mark_id, mark.ts)
     return {m.ref for m in memories}, rows
 
 
@@ -218,6 +224,13 @@ class _Memory:
     hidden: bool
     status: str  # its status when not hidden: the one a restore brings back
     pinned: bool
+    since: datetime  # its rows are dated from here (when it was formed, then its last row)...
+    until: datetime  # ...to now
+
+    def at(self, moment: datetime) -> datetime:
+        """A row's time: the moment, kept between the memory's previous row (or its forming) and now."""
+        self.since = min(self.until, max(moment, self.since))
+        return self.since
 
     def hide(
         self,
@@ -227,6 +240,7 @@ class _Memory:
         mark_id: str | None = None,
         *,
         deleted: bool = False,
+        ts: datetime,
     ) -> list[Row]:
         """`deleted`: hidden by a permanent forget, whose archival reads as that decision."""
         if hidden == self.hidden:
@@ -234,26 +248,24 @@ class _Memory:
         self.hidden = hidden
         if hidden:
             operation = "deleted" if deleted else "forgotten"
-            return [
-                Row(
-                    self.ref,
-                    operation,
-                    {"status": self.status},
-                    {"status": "archived"},
-                    forget_actor,
-                    mark_id,
-                )
-            ]
-        return [
-            Row(self.ref, "restored", {"status": "archived"}, {"status": self.status}, restore_actor, mark_id)
-        ]
+            before, after, actor = {"status": self.status}, {"status": "archived"}, forget_actor
+        else:
+            operation, before, after, actor = (
+                "restored",
+                {"status": "archived"},
+                {"status": self.status},
+                restore_actor,
+            )
+        return [Row(self.ref, operation, before, after, actor, mark_id, self.at(ts))]
 
-    def pin(self, pinned: bool, actor: str, mark_id: str) -> list[Row]:
+    def pin(self, pinned: bool, actor: str, mark_id: str, ts: datetime) -> list[Row]:
         if pinned == self.pinned:
             return []
         self.pinned = pinned
         operation = "pinned" if pinned else "unpinned"
-        return [Row(self.ref, operation, {"pinned": not pinned}, {"pinned": pinned}, actor, mark_id)]
+        return [
+            Row(self.ref, operation, {"pinned": not pinned}, {"pinned": pinned}, actor, mark_id, self.at(ts))
+        ]
 
 
 def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
@@ -416,7 +428,16 @@ def _history(con, being_id: str, rows: list[Row], now: datetime, run_id: str | N
             f"INSERT INTO history {_HISTORY_COLUMNS} "
             "VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, ?::JSON, ?::JSON, ?, ?)",
             [
-                [now, r.ref, being_id, r.operation, _compact(r.before), _compact(r.after), run_id, r.actor]
+                [
+                    r.ts or now,
+                    r.ref,
+                    being_id,
+                    r.operation,
+                    _compact(r.before),
+                    _compact(r.after),
+                    run_id,
+                    r.actor,
+                ]
                 for r in rows
             ],
         )
