@@ -171,8 +171,9 @@ def nodes(
             )  # fmt: skip
             _log(context, being_id, report)
             reports[being_id] = report
-        # Formed, dying and revived nodes (the history rows of this run) as table-level audit rows.
-        log_history(con, settings, since=run_started, run_id=context.run_id, actor="patrol")
+        # Formed, dying and revived nodes (the history rows of this run) as table-level audit rows,
+        # by the job that ran: `form` (❶ only) or `patrol`.
+        log_history(con, settings, since=run_started, run_id=context.run_id, actor=config.steps)
     return nodes_result(config.steps, reports, embedder, llm, llm_meta, integrity.metadata())
 
 

@@ -320,7 +320,9 @@ def _from_line(raw: bytes) -> RecallEvent:
     )
 
 
-def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str, now: datetime) -> FoldReport:
+def fold_events(
+    con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str, now: datetime, run_id: str | None = None
+) -> FoldReport:
     """Apply every not-yet-folded event of a being to nodes and decay_scores, in one transaction.
 
     `folded_events` records each event id with the changes it made, so a retried
@@ -334,7 +336,8 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
     access times, and resets the session count ("patrol cycles since last activation"),
     so the node's value is its importance again; ❺ then revives a dying node, or a dead one
     reactivated since it died. A recall of a node a ❹ merge absorbed reinforces its
-    survivor, which holds its history now.
+    survivor, which holds its history now. Each `reinforced` history row is dated by the last
+    recall it folds (not before the memory was formed, nor after `now`) and carries `run_id`.
     """
     listed = event_files(events_dir)
     files = unread_files(con, listed, "recall", being_id)
@@ -363,7 +366,7 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
     with store.registered(con, "recall_events", table):
         try:
             with store.transaction(con):
-                report = _fold(con, being_id, now) if events else FoldReport()
+                report = _fold(con, being_id, now, run_id) if events else FoldReport()
                 record_files(con, "recall", being_id, files, listed)
         finally:
             con.execute("DROP TABLE IF EXISTS fold_new")
@@ -371,7 +374,7 @@ def fold_events(con: duckdb.DuckDBPyConnection, events_dir: Path, being_id: str,
     return report
 
 
-def _fold(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> FoldReport:
+def _fold(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime, run_id: str | None) -> FoldReport:
     # An event appended twice (a retried write) is still one recall.
     con.execute(
         """
@@ -403,19 +406,22 @@ def _fold(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -> FoldR
         """,
         [now, being_id],
     )
-    # One history row per memory and fold, with what the recalls added; the run id is stamped by the run.
+    # One history row per memory and fold, with what the recalls added, dated when they happened (the
+    # last one): a mark set after them sorts after it, though the run folds marks first.
     con.execute(
         """
         INSERT INTO history (history_id, ts, memory_ref, being_id, operation, before, after, run_id, actor)
-        SELECT 'h-' || uuid()::VARCHAR, ?, n.node_id, n.being_id, 'reinforced',
+        SELECT 'h-' || uuid()::VARCHAR, least($now, greatest(r.last_ts, n.created_at)), n.node_id,
+               n.being_id, 'reinforced',
                to_json({'reactivation_count': n.reactivation_count - r.increment}),
                to_json({'reactivation_count': n.reactivation_count, 'increment': r.increment,
                         'recalls': r.events}),
-               NULL, 'recall'
-        FROM fold_refs r JOIN nodes n ON n.node_id = r.memory_ref AND n.being_id = ?
+               $run_id, 'recall'
+        FROM fold_refs r JOIN nodes n ON n.node_id = r.memory_ref AND n.being_id = $being
         WHERE r.known
+        ORDER BY n.node_id
         """,
-        [now, being_id],
+        {"now": now, "being": being_id, "run_id": run_id},
     )
     con.execute(
         """

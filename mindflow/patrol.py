@@ -80,10 +80,10 @@ def ensure_roots(con: duckdb.DuckDBPyConnection, being_id: str, now: datetime) -
 
 
 def step_fold_events(
-    con: duckdb.DuckDBPyConnection, being_id: str, events_dir: Path, now: datetime
+    con: duckdb.DuckDBPyConnection, being_id: str, events_dir: Path, now: datetime, run_id: str | None = None
 ) -> StepReport:
     """⓪ Reinforcement from recalls since the last patrol, each event folded exactly once."""
-    report = events.fold_events(con, events_dir, being_id, now)
+    report = events.fold_events(con, events_dir, being_id, now, run_id)
     return StepReport(
         "⓪ recall events",
         {
@@ -176,12 +176,14 @@ def step_nodes(
     params: PatrolParams,
     now: datetime,
     llm=None,
+    actor: str = "patrol",
 ) -> StepReport:
     """❶b Nodes for new scenes: fresh, importance clamped, embedded in one batch, clustered.
 
     With a patrol model, nodes that fit no sub-cluster go to the root the model names
     (Business or Private); without one, or where it gave no valid label, to the closer
-    root prototype.
+    root prototype. `actor`: the job that forms them (`form` after ingestion, else `patrol`),
+    named by their `formed` history rows.
     """
     scenes = _scenes_without_node(con, [being_id])
     if not scenes:
@@ -257,8 +259,8 @@ def step_nodes(
             f"INSERT INTO history {HISTORY_COLUMNS} "
             "SELECT 'h-' || uuid()::VARCHAR, ?, n.node_id, n.being_id, 'formed', NULL, "
             "to_json({'status': n.status, 'cluster_id': n.cluster_id, 'importance': n.importance}), "
-            "NULL, 'patrol' FROM new_nodes x JOIN nodes n ON n.node_id = x.node_id WHERE n.created_at = ?",
-            [now, now],
+            "NULL, ? FROM new_nodes x JOIN nodes n ON n.node_id = x.node_id WHERE n.created_at = ?",
+            [now, actor, now],
         )
     recompute_cluster_vectors(con, being_id, now)
     return StepReport(
@@ -637,6 +639,7 @@ def form(
     run_id: str | None = None,
     scenes: bool = False,
     extraction_llm=None,
+    actor: str = "form",
 ) -> FormReport:
     """❶ for one being: nodes for its new scenes (embedded, clustered), then its marks and recall events.
 
@@ -646,7 +649,7 @@ def form(
     are folded after ❶, so a node formed from an episode already forgotten is archived before
     it is published. The recall events are folded after ❶ as well: an agent recalls a fresh
     memory under the ref its node gets here, so the event reinforces the node instead of
-    counting as unknown.
+    counting as unknown. `actor`: the job running it, `form` or (from `run`) `patrol`.
     """
     params = params or PatrolParams()
     now = now or utcnow()
@@ -661,13 +664,13 @@ def form(
         scene_report = StepReport("❶ scenes (LLM)", extracted.counts(), extracted.errors)
     elif scenes:
         scene_report = step_scenes(con, being_id, now)
-    nodes = step_nodes(con, being_id, embedder, params, now, llm=llm)
+    nodes = step_nodes(con, being_id, embedder, params, now, llm=llm, actor=actor)
     marks = None
     if settings is not None:
         from mindflow.loop.fold import fold_marks
 
         marks = StepReport("marks", fold_marks(con, settings, being_id, now, run_id).counts())
-    events = step_fold_events(con, being_id, events_dir, now) if events_dir is not None else None
+    events = step_fold_events(con, being_id, events_dir, now, run_id) if events_dir is not None else None
     return FormReport(
         roots=roots,
         nodes=nodes,
@@ -706,7 +709,7 @@ def run(
     now = now or utcnow()
     formed = form(
         con, being_id, embedder, params, now, events_dir=events_dir, llm=llm, settings=settings,
-        run_id=run_id, scenes=scenes, extraction_llm=extraction_llm,
+        run_id=run_id, scenes=scenes, extraction_llm=extraction_llm, actor="patrol",
     )  # fmt: skip
     sessions = step_session_counts(con, being_id, now, session_run)
     dying = step_dying(con, being_id, params, now)
@@ -917,8 +920,11 @@ def merge_nodes(
     absorbed: list[str],
     now: datetime,
     actor: str = "patrol",
+    run_id: str | None = None,
 ) -> int:
     """Merge `absorbed` into `survivor` (the caller holds the transaction); returns the nodes absorbed.
+
+    `run_id`: the run, for callers that stamp no run id on their rows afterwards (the patrol does).
 
     The survivor gains 0.05 importance and the absorbed nodes' history as `when` items; the
     absorbed die pointing at it. Nodes already dead are left out, so applying a merge twice
@@ -962,8 +968,8 @@ def merge_nodes(
     con.execute(
         f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, "
         "being_id, 'merged', to_json({'status': status}), to_json({'status': 'dead', 'into': ?}), "
-        "NULL, ? FROM nodes WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
-        [now, survivor, actor, absorbed],
+        "?, ? FROM nodes WHERE node_id IN (SELECT unnest(?::VARCHAR[]))",
+        [now, survivor, run_id, actor, absorbed],
     )
     con.execute(
         "UPDATE nodes SET status = 'dead', fresh = FALSE, absorbed_into = ?, "
@@ -981,8 +987,8 @@ def merge_nodes(
     con.execute(
         f"INSERT INTO history {HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, "
         "'absorbed', to_json({'importance': ?}), to_json({'importance': least(1.0, ? + 0.05), "
-        "'absorbed': ?::VARCHAR[]}), NULL, ?)",
-        [now, survivor, being_id, before, before, absorbed, actor],
+        "'absorbed': ?::VARCHAR[]}), ?, ?)",
+        [now, survivor, being_id, before, before, absorbed, run_id, actor],
     )
     return len(absorbed)
 

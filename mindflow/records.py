@@ -351,12 +351,14 @@ def get_history(
     marks: Iterable[Mark] = (),
     unfolded: Iterable[Mark] = (),
 ) -> MemoryHistory:
-    """Every change of the memory, oldest first, with time, actor, run id and the fields before/after.
+    """Every change of the memory in the order it happened, with time, actor, run id and the fields
+    before/after.
 
-    The decisions of `unfolded` marks (forget, restore, pin, unpin set since the last run
-    folded the being's marks) follow, pending. A permanently deleted memory keeps its history
-    without content, ending with `deleted` (pending until the run that erases it has written
-    its own row). NotFound when the being has no such memory and no history of it.
+    The decisions of `unfolded` marks (forget, restore, delete, pin, unpin set since the last
+    run folded the being's marks) follow, pending, every one of them in the order set: a
+    restore and then a permanent forget are both told. A permanently deleted memory keeps its
+    history without content, ending with `deleted` (pending until a run has written its row).
+    NotFound when the being has no such memory and no history of it.
     """
     _check_ref(being_id, ref)
     rows = memory_history.rows_of(history_table, being_id, ref)
@@ -381,27 +383,33 @@ def get_history(
         )
         for r in rows
     ]
-    if deleted and not any(e.operation == "deleted" for e in entries):
-        mark = next(
-            (
-                m
-                for m in reversed(list(marks))
-                if m.op == "delete" and (ref in m.refs or set(episodes) & set(m.episode_ids))
-            ),
-            None,
-        )
-        if mark is not None:
-            entries.append(HistoryEntry(None, mark.ts, "deleted", mark.actor, None, None, None, pending=True))
-    elif not deleted:
-        entries += [
-            HistoryEntry(None, m.ts, _MARK_OPERATIONS[m.op], m.actor, pending=True)
-            for m in unfolded
-            if m.op in _MARK_OPERATIONS and targets(m, ref, episodes)
-        ]
+    pending = [
+        HistoryEntry(None, m.ts, _MARK_OPERATIONS[m.op], m.actor, pending=True)
+        for m in unfolded
+        if targets(m, ref, episodes)
+    ]
+    if any(e.operation == "deleted" for e in entries):
+        # The delete is on record (the fold or the erase wrote its row): not twice.
+        pending = [e for e in pending if e.operation != "deleted"]
+    elif deleted and not any(e.operation == "deleted" for e in pending):
+        # Folded into a memory a soft forget had archived already (no row changed), and not
+        # erased yet: the delete stays pending until the erase writes its row.
+        deletes = [m for m in marks if m.op == "delete" and targets(m, ref, episodes)]
+        if deletes:
+            pending.append(HistoryEntry(None, deletes[-1].ts, "deleted", deletes[-1].actor, pending=True))
+    # By their moment; on a tie the rows first (a run folds the marks after them), in the order
+    # written, then the marks in the order set (the order a fold will write them in): a stable sort.
+    entries = sorted(entries + pending, key=lambda e: e.ts)
     return MemoryHistory(being_id, ref, deleted, entries)
 
 
-_MARK_OPERATIONS = {"forget": "forgotten", "restore": "restored", "pin": "pinned", "unpin": "unpinned"}
+_MARK_OPERATIONS = {
+    "forget": "forgotten",
+    "restore": "restored",
+    "delete": "deleted",
+    "pin": "pinned",
+    "unpin": "unpinned",
+}
 
 
 def fresh_record(memory, state: MarkState = MarkState()) -> MemoryRecord:
@@ -422,10 +430,12 @@ def fresh_record(memory, state: MarkState = MarkState()) -> MemoryRecord:
     return _record(row, state)
 
 
-def fresh_history(memory, marks: Iterable[Mark]) -> MemoryHistory:
-    """The history of a fresh memory: accepted, then the marks set on it, all pending until a run
-    forms the memory and folds them in."""
-    entries = [HistoryEntry(None, memory.ts or datetime.min, "accepted", "agent", pending=True)]
+def fresh_history(memory, marks: Iterable[Mark], accepted_at: datetime | None = None) -> MemoryHistory:
+    """The history of a fresh memory: accepted (at `accepted_at`, when the API took it), then the
+    marks set on it, all pending until a run forms the memory and folds them in."""
+    # The episode's `ts` says when it happened, not when the memory came to be: only a fallback.
+    accepted = accepted_at or memory.ts or datetime.min
+    entries = [HistoryEntry(None, accepted, "accepted", "agent", pending=True)]
     for mark in marks:
         if mark.op in _MARK_OPERATIONS and targets(mark, memory.memory_ref, memory.source_episode_ids):
             entries.append(HistoryEntry(None, mark.ts, _MARK_OPERATIONS[mark.op], mark.actor, pending=True))

@@ -349,7 +349,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         7,
         "memory history: actor, formed rows, published history",
         [
-            # Who made the change: patrol, decay, recall (reinforcement), extraction, user or agent.
+            # Who made the change: form, patrol, decay, recall (reinforcement), extraction, user or agent.
             # Writers name their columns (INSERT INTO history (...) ...): a positional insert
             # of the eight earlier columns fails from here on.
             "ALTER TABLE history ADD COLUMN IF NOT EXISTS actor VARCHAR",

@@ -439,6 +439,27 @@ def test_a_forgotten_fresh_memory_reads_archived_at_once_like_a_published_one(wo
     assert one.get(f"/v1/beings/ada/memories/{ref}").json()["status"] == "active"
 
 
+def test_a_fresh_memory_is_accepted_when_the_api_took_it_not_when_it_happened(world):
+    """`accepted` dates the write, on the server that took it and on another that read the file."""
+    from mindflow.models import utcnow
+
+    settings, _, (one, two) = world
+    before = utcnow()
+    episode = {"ts": "2026-02-25T09:00:00Z", "speaker": "Lena", "text": "The bike lock code is 3190."}
+    assert one.post("/v1/beings/ada/episodes", json={"episodes": [episode]}).status_code == 200
+    after = utcnow()
+    recalled = one.post("/v1/beings/ada/recall", json={"query": "bike lock code"}).json()["memories"]
+    (ref,) = [m["memory_ref"] for m in recalled if m["fresh"]]
+    assert one.post(f"/v1/beings/ada/memories/{ref}/pin").status_code == 200
+    for client in (one, two):
+        entries = _history_of(client, ref)["entries"]
+        assert [(e["operation"], e["pending"]) for e in entries] == [("accepted", True), ("pinned", True)]
+        accepted, pinned = (datetime.fromisoformat(e["ts"]).replace(tzinfo=None) for e in entries)
+        # The file's write time, to the second (some file systems keep no finer time).
+        assert before.replace(microsecond=0) <= accepted <= after, (accepted, before, after)
+        assert accepted <= pinned
+
+
 def test_a_forgotten_memory_can_still_be_deleted_for_good(world):
     settings, refs, (one, two) = world
     cat = refs["a02"]
@@ -455,6 +476,94 @@ def test_a_forgotten_memory_can_still_be_deleted_for_good(world):
     assert [m.op for m in read_marks(settings.loop, "ada")] == ["forget", "delete"]
     # Once deleted, it is offered no more.
     assert one.post("/v1/beings/ada/forget", json={"refs": [cat]}).status_code == 404
+
+
+def _history_of(client, ref: str) -> dict:
+    response = client.get(f"/v1/beings/ada/memories/{ref}/history")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _forget(client, ref: str, permanent: bool = False) -> None:
+    proposal = client.post("/v1/beings/ada/forget", json={"refs": [ref]}).json()["proposal_id"]
+    body = {"proposal_id": proposal, "confirm": True, "permanent": permanent}
+    assert client.post("/v1/beings/ada/forget", json=body).status_code == 200
+
+
+def test_every_pending_decision_shows_once_a_permanent_forget_follows(world):
+    """Forget, restore, then delete for good, before any run: three decisions, all pending, in order."""
+    settings, refs, (one, two) = world
+    cat = refs["a02"]
+    _forget(one, cat)
+    assert two.post(f"/v1/beings/ada/memories/{cat}/restore").status_code == 200
+    _forget(two, cat, permanent=True)
+    for client in (one, two):
+        found = _history_of(client, cat)
+        assert found["deleted"] is True
+        pending = [(e["operation"], e["actor"]) for e in found["entries"] if e["pending"]]
+        assert pending == [("forgotten", "user"), ("restored", "user"), ("deleted", "user")]
+        assert [e["operation"] for e in found["entries"]][-3:] == ["forgotten", "restored", "deleted"]
+    assert one.get(f"/v1/beings/ada/memories/{cat}").status_code == 404
+
+
+def test_the_fold_of_a_permanent_forget_reads_deleted_not_forgotten(world):
+    """The run that archives a memory a person deleted for good records that decision, once: the
+    erase that follows writes no second `deleted` row."""
+    from mindflow.loop.erase import erase_all
+
+    settings, refs, (one, two) = world
+    cat = refs["a02"]
+    _forget(one, cat, permanent=True)
+    assert _fold(settings).forgotten == 1  # archived until the forget job erases it
+    with store.connect(settings.duckdb_path) as con:
+        rows = con.execute(
+            "SELECT operation, before::VARCHAR, after::VARCHAR, actor, run_id FROM history "
+            "WHERE memory_ref = ? AND run_id = 'test-run' ORDER BY rowid",
+            [cat],
+        ).fetchall()
+        audit = con.execute(
+            "SELECT action, summary FROM audit_log WHERE run_id = 'test-run' ORDER BY rowid"
+        ).fetchall()
+    assert rows == [("deleted", '{"status":"active"}', '{"status":"archived"}', "user", "test-run")]
+    assert audit == [("ARCHIVE", "ada: 1 memories deleted")]
+    found = _history_of(two, cat)
+    assert found["deleted"] is True
+    assert [(e["operation"], e["pending"]) for e in found["entries"]][-1] == ("deleted", False)
+    assert "forgotten" not in [e["operation"] for e in found["entries"]]
+
+    erase_all(settings, run_id="forget-run")
+    with store.connect(settings.duckdb_path) as con:
+        deleted = con.execute(
+            "SELECT before, after, run_id FROM history WHERE memory_ref = ? AND operation = 'deleted'", [cat]
+        ).fetchall()
+    assert deleted == [(None, None, "test-run")]  # one decision, one row, without content
+    ops = [e["operation"] for e in _history_of(one, cat)["entries"]]
+    assert ops.count("deleted") == 1 and ops[-1] == "deleted" and "forgotten" not in ops
+
+
+def test_history_tells_recalls_and_marks_in_the_order_they_happened(world, embedder):
+    """A recall, then a pin, then a run that folds both: the reinforcement comes first, as it
+    happened, not after the pin because the run folds marks before recall events."""
+    from mindflow.models import utcnow
+    from mindflow.patrol import form
+
+    settings, refs, (one, two) = world
+    tea = refs["a04"]
+    assert tea in _recalled(one, "favourite smoked tea")
+    assert one.post(f"/v1/beings/ada/memories/{tea}/pin").status_code == 200
+    pending = [(e["operation"], e["pending"]) for e in _history_of(two, tea)["entries"]]
+    assert pending[-1] == ("pinned", True)
+    with store.connect(settings.duckdb_path) as con:
+        form(
+            con, "ada", embedder, now=utcnow(), events_dir=settings.events, settings=settings, run_id="form-1"
+        )
+    _publish(settings)
+    entries = _history_of(two, tea)["entries"]
+    assert [(e["operation"], e["pending"], e["run_id"]) for e in entries][-2:] == [
+        ("reinforced", False, "form-1"),
+        ("pinned", False, "form-1"),
+    ]
+    assert [e["ts"] for e in entries] == sorted(e["ts"] for e in entries)
 
 
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):

@@ -137,3 +137,31 @@ def test_mindflow_run_form(settings, instance):
     assert summary.success and "nodes: new=3;" in summary.changes  # no session count moved: none shown
     assert "memories: upserted=3" in summary.changes
     assert set(_sessions(settings).values()) == {0}
+
+
+def test_the_run_that_formed_a_memory_is_its_actor_form_or_patrol(settings, instance):
+    """A memory formed minutes after ingestion reads `formed` by `form`, one formed at night by
+    `patrol`: history rows and their audit rows, each with the run that wrote it."""
+    from mindflow import memory_history
+
+    _land(settings, "monday.jsonl", EPISODES)
+    run_job(settings, "ingest")
+    (form_run,) = run_job(settings, "form", being="ada")
+    _land(settings, "later.jsonl", [LATER])
+    run_job(settings, "ingest")
+    (patrol_run,) = run_job(settings, "patrol", being="ada")
+
+    with store.connect(settings.duckdb_path, read_only=True) as con:
+        formed = con.execute(
+            "SELECT memory_ref, actor, run_id FROM history WHERE operation = 'formed' ORDER BY memory_ref"
+        ).fetchall()
+        audit = con.execute(
+            "SELECT actor, run_id FROM audit_log WHERE summary LIKE 'ada: % nodes formed' ORDER BY ts"
+        ).fetchall()
+    by_form = {episode_memory_ref("ada", i): ("form", form_run.run_id) for i, _, _ in EPISODES}
+    by_patrol = {episode_memory_ref("ada", LATER[0]): ("patrol", patrol_run.run_id)}
+    assert {ref: (actor, run) for ref, actor, run in formed} == by_form | by_patrol
+    assert audit == [("form", form_run.run_id), ("patrol", patrol_run.run_id)]
+    table = lance.connect(settings.lance_path).open_table(memory_history.TABLE)
+    (first,) = memory_history.rows_of(table, "ada", episode_memory_ref("ada", EPISODES[0][0]))
+    assert (first["operation"], first["actor"]) == ("formed", "form")

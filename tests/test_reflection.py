@@ -185,6 +185,35 @@ def test_partial_decision_applies_exactly_what_was_approved(monkeypatch, setting
     assert f"merge `{merge.proposal_id}` (partial): 1 changed" in log
 
 
+def test_an_applied_archive_and_merge_are_history_rows_of_their_run_that_say_what_became(
+    monkeypatch, settings, con, embedder
+):
+    """The archival a person approved makes the memory dead: its row reads `dead`, from the status it
+    had, like the patrol's; it and the merge's rows carry the approvals run's id."""
+    settings = _settings(monkeypatch)
+    refs = _world(con, settings, embedder)
+    reflect(con, settings, BEING, run_id="run-1")
+    kinds = _by_kind(settings)
+    decide_many(
+        settings,
+        BEING,
+        {kinds["archive"][0].proposal_id: "approve", kinds["merge"][0].proposal_id: "approve"},
+        decided_by="lena",
+    )
+    assert apply_approved(con, settings, BEING, run_id="run-2").applied == {"archive": 1, "merge": 1}
+    rows = con.execute(
+        "SELECT memory_ref, operation, before::VARCHAR, after->>'status', actor, run_id FROM history "
+        "WHERE ts = (SELECT max(ts) FROM history) ORDER BY rowid"
+    ).fetchall()
+    archived = [r for r in rows if r[0] == refs[OTHER[0]]]
+    actor = f"reflection:{kinds['archive'][0].payload['reflection_id']}"
+    assert archived == [(refs[OTHER[0]], "dead", '{"status":"active"}', "dead", actor, "run-2")]
+    status = con.execute("SELECT status FROM nodes WHERE node_id = ?", [refs[OTHER[0]]]).fetchone()[0]
+    assert status == "dead"  # what the row says it became
+    merged = [r for r in rows if r[1] in ("merged", "absorbed")]
+    assert len(merged) == 2 and {r[5] for r in merged} == {"run-2"}
+
+
 def test_a_crash_between_the_change_and_its_mark_applies_once(monkeypatch, settings, con, embedder):
     settings = _settings(monkeypatch)
     _world(con, settings, embedder)

@@ -115,7 +115,8 @@ def memories_router(responses: dict) -> APIRouter:
             fresh = _fresh(service, being_id, ref)
             if fresh is None:
                 raise
-            found = records.fresh_history(fresh, marks)
+            accepted = service.tail.accepted_at(being_id, fresh.source_episode_ids[0])
+            found = records.fresh_history(fresh, marks, accepted)
         return models.MemoryHistory.model_validate(dataclasses.asdict(found))
 
     return router

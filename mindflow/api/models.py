@@ -512,7 +512,7 @@ class HistoryEntry(BaseModel):
     history_id: str | None = None
     ts: UtcOut
     operation: str
-    actor: str = Field(description="patrol, decay, recall, extraction, user or agent.")
+    actor: str = Field(description="form, patrol, decay, recall, extraction, reflection:<id>, user or agent.")
     run_id: str | None = None
     before: dict[str, Any] | None = Field(default=None, description="The fields that changed, before.")
     after: dict[str, Any] | None = None

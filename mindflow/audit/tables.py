@@ -30,8 +30,9 @@ HISTORY_ACTIONS = {
     "unpinned": "EDIT",
     "deleted": "DELETE",
 }
-# Written by the fold of a person's marks, which audits and commits them itself (mindflow.loop.fold).
-DECIDED_BY_MARKS = ("forgotten", "restored", "pinned", "unpinned")
+# Written by the fold of a person's marks, which audits and commits them itself (mindflow.loop.fold);
+# `deleted` by that fold or by the `forget` job, which writes its own DELETE row.
+DECIDED_BY_MARKS = ("forgotten", "restored", "deleted", "pinned", "unpinned")
 
 
 def log_history(
@@ -40,10 +41,11 @@ def log_history(
     """Stamp the run id on the history rows written since `since` and log one row per being and operation."""
     if run_id is not None:
         con.execute("UPDATE history SET run_id = ? WHERE ts >= ? AND run_id IS NULL", [run_id, since])
+    # A row of the run may be dated before it started: a reinforcement by when its recalls happened.
     counts = con.execute(
-        "SELECT being_id, operation, count(*) FROM history WHERE ts >= ? "
+        "SELECT being_id, operation, count(*) FROM history WHERE (ts >= ? OR run_id = ?) "
         "AND run_id IS NOT DISTINCT FROM ? AND NOT list_contains(?, operation) GROUP BY 1, 2 ORDER BY 1, 2",
-        [since, run_id, list(DECIDED_BY_MARKS)],
+        [since, run_id, run_id, list(DECIDED_BY_MARKS)],
     ).fetchall()
     rows = [
         AuditRow(

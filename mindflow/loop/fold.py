@@ -8,7 +8,7 @@ set-based and idempotent, so a run killed halfway and run again finishes the job
 History follows the decisions, not only the state: each mark not folded before writes a
 row for every memory it changes, in the order the marks were set, so a forget and its
 restore between two runs are both on record though the memory ends as it was. Only what
-changes writes a row.
+changes writes a row, dated when its mark was set.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def fold_marks(
     actors = _actors(marks)
     with store.transaction(con):
         # Before the statements below change them: each memory as the new marks found it.
-        decided, rows = _decisions(con, being_id, [m for m in marks if m.mark_id in folded], new, actors)
+        decided, rows = _decisions(con, being_id, [m for m in marks if m.mark_id in folded], new, actors, now)
         rows += _forget(con, being_id, state, now, report, actors, decided)
         rows += _restore(con, being_id, state, now, report, actors, decided)
         rows += _pins(con, being_id, state, now, report, actors, decided)
@@ -117,6 +117,7 @@ class Row(NamedTuple):
     after: dict
     actor: str
     mark_id: str | None = None  # the decision it records; None: the marks' state caught up with
+    ts: datetime | None = None  # when it happened; None: now, when the run applied it
 
 
 # Nodes a tombstone hides: by ref, or formed from a forgotten episode.
@@ -146,14 +147,16 @@ def _used(params: dict, *sql: str) -> dict:
 
 
 def _decisions(
-    con, being_id: str, old: list[Mark], new: list[Mark], actors: dict[str, str]
+    con, being_id: str, old: list[Mark], new: list[Mark], actors: dict[str, str], now: datetime
 ) -> tuple[set[str], list[Row]]:
     """The history rows of the memories the new marks name, one per change, in mark order.
 
     Each memory starts as DuckDB holds it. A tombstone folded before the memory was formed
     (set on its episode while it was fresh) is caught up first, as the set-based statements
-    would; then each new mark is applied in turn. Returns the memories decided here, whose
-    rows the set-based statements leave out.
+    would, dated when the memory was formed; then each new mark is applied in turn, its row
+    dated when the mark was set (as its pending entry was), so a recall folded by the same run
+    sorts before or after it as it happened. Returns the memories decided here, whose rows the
+    set-based statements leave out.
     """
     if not new:
         return set(), []
@@ -162,25 +165,29 @@ def _decisions(
     nodes = con.execute(
         f"""
         SELECT n.node_id, coalesce(n.source_episode_ids, []), n.forgotten_at IS NOT NULL,
-               CASE WHEN n.forgotten_at IS NULL THEN n.status ELSE {_STATUS_BEFORE} END, n.pinned
+               CASE WHEN n.forgotten_at IS NULL THEN n.status ELSE {_STATUS_BEFORE} END, n.pinned,
+               least(coalesce(n.created_at, $now), $now)
         FROM nodes n
         WHERE n.being_id = $being AND {_HIDDEN}
         ORDER BY n.node_id
         """,
-        {"being": being_id, "refs": refs, "episodes": episodes},
+        {"being": being_id, "refs": refs, "episodes": episodes, "now": now},
     ).fetchall()
     tracker = MarkTracker()
     for mark in old:
         tracker.apply(mark)
     rows: list[Row] = []
     memories = []
-    for ref, node_episodes, hidden, status, pinned in nodes:
-        memory = _Memory(ref, tuple(node_episodes), bool(hidden), status, bool(pinned))
+    for ref, node_episodes, hidden, status, pinned, formed in nodes:
+        memory = _Memory(ref, tuple(node_episodes), bool(hidden), status, bool(pinned), formed, now)
         if tracker.hides(ref, memory.episodes) != hidden:
+            deleted = tracker.is_deleted(ref, memory.episodes)
             rows += memory.hide(
                 not hidden,
-                actors.get("delete") or actors.get("forget", "user"),
+                actors.get("delete" if deleted else "forget", "user"),
                 actors.get("restore", "user"),
+                deleted=deleted,
+                ts=formed,
             )
         memories.append(memory)
     by_ref = {m.ref: m for m in memories}
@@ -196,10 +203,15 @@ def _decisions(
         for memory in dict.fromkeys(named):  # each once, in a fixed order
             if mark.op in FORGETTING:
                 rows += memory.hide(
-                    tracker.hides(memory.ref, memory.episodes), mark.actor, mark.actor, mark.mark_id
+                    tracker.hides(memory.ref, memory.episodes),
+                    mark.actor,
+                    mark.actor,
+                    mark.mark_id,
+                    deleted=tracker.is_deleted(memory.ref, memory.episodes),
+                    ts=mark.ts,
                 )
             else:
-                rows += memory.pin(mark.op == "pin", mark.actor, mark.mark_id)
+                rows += memory.pin(mark.op == "pin", mark.actor, mark.mark_id, mark.ts)
     return {m.ref for m in memories}, rows
 
 
@@ -212,34 +224,48 @@ class _Memory:
     hidden: bool
     status: str  # its status when not hidden: the one a restore brings back
     pinned: bool
+    since: datetime  # its rows are dated from here (when it was formed, then its last row)...
+    until: datetime  # ...to now
+
+    def at(self, moment: datetime) -> datetime:
+        """A row's time: the moment, kept between the memory's previous row (or its forming) and now."""
+        self.since = min(self.until, max(moment, self.since))
+        return self.since
 
     def hide(
-        self, hidden: bool, forget_actor: str, restore_actor: str, mark_id: str | None = None
+        self,
+        hidden: bool,
+        forget_actor: str,
+        restore_actor: str,
+        mark_id: str | None = None,
+        *,
+        deleted: bool = False,
+        ts: datetime,
     ) -> list[Row]:
+        """`deleted`: hidden by a permanent forget, whose archival reads as that decision."""
         if hidden == self.hidden:
             return []
         self.hidden = hidden
         if hidden:
-            return [
-                Row(
-                    self.ref,
-                    "forgotten",
-                    {"status": self.status},
-                    {"status": "archived"},
-                    forget_actor,
-                    mark_id,
-                )
-            ]
-        return [
-            Row(self.ref, "restored", {"status": "archived"}, {"status": self.status}, restore_actor, mark_id)
-        ]
+            operation = "deleted" if deleted else "forgotten"
+            before, after, actor = {"status": self.status}, {"status": "archived"}, forget_actor
+        else:
+            operation, before, after, actor = (
+                "restored",
+                {"status": "archived"},
+                {"status": self.status},
+                restore_actor,
+            )
+        return [Row(self.ref, operation, before, after, actor, mark_id, self.at(ts))]
 
-    def pin(self, pinned: bool, actor: str, mark_id: str) -> list[Row]:
+    def pin(self, pinned: bool, actor: str, mark_id: str, ts: datetime) -> list[Row]:
         if pinned == self.pinned:
             return []
         self.pinned = pinned
         operation = "pinned" if pinned else "unpinned"
-        return [Row(self.ref, operation, {"pinned": not pinned}, {"pinned": pinned}, actor, mark_id)]
+        return [
+            Row(self.ref, operation, {"pinned": not pinned}, {"pinned": pinned}, actor, mark_id, self.at(ts))
+        ]
 
 
 def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
@@ -248,7 +274,7 @@ def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
         return []
     archived = con.execute(
         f"""
-        SELECT n.node_id, n.status FROM nodes n
+        SELECT n.node_id, n.status, coalesce(n.source_episode_ids, []) FROM nodes n
         WHERE n.being_id = $being AND n.forgotten_at IS NULL AND {_HIDDEN}
         """,
         _used(params, _HIDDEN, "$being"),
@@ -266,12 +292,16 @@ def _forget(con, being_id, state, now, report, actors, decided) -> list[Row]:
             "WHERE list_contains($refs, memory_ref)",
             {"refs": refs, "now": now},
         )
-        actor = actors.get("delete") or actors.get("forget", "user")
-        rows = [
-            Row(ref, "forgotten", {"status": status}, {"status": "archived"}, actor)
-            for ref, status in archived
-            if ref not in decided
-        ]
+        rows = []
+        for ref, status, episodes in archived:
+            if ref not in decided:
+                # A permanent forget archives the memory until the `forget` job erases it: that decision.
+                op, operation = (
+                    ("delete", "deleted") if state.is_deleted(ref, episodes) else ("forget", "forgotten")
+                )
+                rows.append(
+                    Row(ref, operation, {"status": status}, {"status": "archived"}, actors.get(op, "user"))
+                )
         report.forgotten += len(archived)
     for table, key in (("facts", "fact_id"), ("relations", "relation_id")):
         (n,) = con.execute(
@@ -398,7 +428,16 @@ def _history(con, being_id: str, rows: list[Row], now: datetime, run_id: str | N
             f"INSERT INTO history {_HISTORY_COLUMNS} "
             "VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, ?, ?::JSON, ?::JSON, ?, ?)",
             [
-                [now, r.ref, being_id, r.operation, _compact(r.before), _compact(r.after), run_id, r.actor]
+                [
+                    r.ts or now,
+                    r.ref,
+                    being_id,
+                    r.operation,
+                    _compact(r.before),
+                    _compact(r.after),
+                    run_id,
+                    r.actor,
+                ]
                 for r in rows
             ],
         )
@@ -433,7 +472,7 @@ def _audit(
         n_facts = f" and {facts[key]} facts" if key in facts else ""
         audit.append(
             AuditRow(
-                "ARCHIVE" if operation == "forgotten" else "EDIT",
+                "ARCHIVE" if operation in ("forgotten", "deleted") else "EDIT",
                 "table:nodes",
                 actor,
                 f"{being_id}: {len(refs)} memories{n_facts} {operation}",

@@ -204,6 +204,10 @@ class MarkTracker:
             return True
         return any(self.forgotten_episodes.get(e, False) for e in episode_ids)
 
+    def is_deleted(self, ref: str, episode_ids: Iterable[str] = ()) -> bool:
+        """As `MarkState.is_deleted`: deleted for good by its ref, or by any of its episodes."""
+        return ref in self.deleted or any(e in self.deleted_episodes for e in episode_ids)
+
     def state(self) -> MarkState:
         return MarkState(
             forgotten=frozenset(r for r, hidden in self.forgotten.items() if hidden),

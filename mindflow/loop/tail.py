@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ from mindflow.errors import MindflowError
 from mindflow.inbox import DONE, validate_being_id
 from mindflow.ingest import detect_format, parse_bytes
 from mindflow.loop.refs import episode_memory_ref
-from mindflow.models import Episode
+from mindflow.models import Episode, utcnow
 from mindflow.patrol import node_text
 from mindflow.recall.models import Memory
 from mindflow.recall.primitives import term_counts
@@ -151,6 +152,8 @@ class _Being:
     # Accepted by this process since the last listing (the file may not show them yet).
     posted: dict[str, tuple[float, Episode]] = field(default_factory=dict)
     episodes: dict[str, Episode] = field(default_factory=dict)  # what the files and posts hold
+    # When each was accepted, as near as this process can tell (`FreshTail.accepted_at`).
+    accepted: dict[str, datetime] = field(default_factory=dict)
     # per table version read: (episode ids checked, those a memory of that version holds)
     checks: OrderedDict = field(default_factory=OrderedDict)
     capped_logged: bool = False
@@ -195,11 +198,12 @@ class FreshTail:
             return
         self._embed(episodes)  # in the POST, so the next recall does not wait for the model
         state = self._state(being_id)
-        now = time.monotonic()
+        now, accepted = time.monotonic(), utcnow()
         with state.lock:
             for e in episodes:
                 state.posted[e.episode_id] = (now, e)
                 state.episodes.setdefault(e.episode_id, e)
+                state.accepted.setdefault(e.episode_id, accepted)
 
     def known(self, being_id: str, ids: Iterable[str]) -> dict[str, Episode]:
         """The episodes with these ids in the being's inbox files (pending, and done within
@@ -213,6 +217,19 @@ class FreshTail:
             state.scanned_at = float("-inf")
             self._scan(being_id, state)
             return {i: state.episodes[i] for i in ids if i in state.episodes}
+
+    def accepted_at(self, being_id: str, episode_id: str) -> datetime | None:
+        """When the episode was accepted (naive UTC), None when the tail does not hold it.
+
+        No line records it, so: the moment this process's POST took it, else the write time of
+        the inbox file this process first found it in (its mtime or, for a file moved into the
+        folder, its ctime). A server that starts after later lines were appended to the same file
+        sees their write time: a bound seconds late at worst, never the episode's own `ts`,
+        which tells when it happened, not when the memory came to be.
+        """
+        state = self._state(being_id)
+        with state.lock:
+            return state.accepted.get(episode_id)
 
     # ------------------------------------------------------------------ reads
 
@@ -277,6 +294,9 @@ class FreshTail:
                     parsed[path] = state.parsed[path]
                 else:
                     parsed[path] = self._parse(being_id, path)
+                    written = _written_at(path)
+                    for e in parsed[path]:
+                        state.accepted.setdefault(e.episode_id, written)
             state.files, state.parsed = listed, parsed
         # Posts older than this listing are in the files it read (appended before `add`).
         state.posted = {i: (at, e) for i, (at, e) in state.posted.items() if at >= started}
@@ -287,6 +307,7 @@ class FreshTail:
         for _, e in state.posted.values():
             episodes.setdefault(e.episode_id, e)
         state.episodes = episodes
+        state.accepted = {i: at for i, at in state.accepted.items() if i in episodes}
         state.scanned_at = started
 
     def _list(self, being_id: str) -> dict[Path, tuple[int, int]]:
@@ -351,6 +372,15 @@ class FreshTail:
                 while len(self._vectors) > max(VECTOR_CACHE, 2 * self.max_episodes):
                     self._vectors.popitem(last=False)
         return [found[k] for k in keys]
+
+
+def _written_at(path: Path) -> datetime:
+    """When the file was last written, or moved into its folder (a rename sets only the ctime)."""
+    try:
+        stat = path.stat()
+    except OSError:  # gone since the listing: its episodes go with the next one
+        return utcnow()
+    return datetime.fromtimestamp(max(stat.st_mtime, stat.st_ctime), UTC).replace(tzinfo=None)
 
 
 def _walk(folder: Path, found: dict[Path, tuple[int, int]], changed_since: float | None) -> None:

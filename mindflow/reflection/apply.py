@@ -74,35 +74,39 @@ def _in_transaction(con: duckdb.DuckDBPyConnection, change: Callable[[], int]) -
         return change()
 
 
-def _merge(con, proposal: Proposal, now: datetime, actor: str) -> int:
+def _merge(con, proposal: Proposal, now: datetime, actor: str, run_id: str | None) -> int:
     p = proposal.payload
     return _in_transaction(
-        con, lambda: merge_nodes(con, proposal.being_id, p["survivor"], p["absorbed"], now, actor)
+        con, lambda: merge_nodes(con, proposal.being_id, p["survivor"], p["absorbed"], now, actor, run_id)
     )
 
 
-def _archive(con, proposal: Proposal, now: datetime, actor: str) -> int:
+def _archive(con, proposal: Proposal, now: datetime, actor: str, run_id: str | None) -> int:
+    """The memories die, as the patrol's dead ones (searchable, never recalled): their history rows
+    read `dead` from the status each had, the word the patrol writes for the same change."""
+
     def change() -> int:
+        refs = proposal.payload["refs"]
+        # Written before the update, while the memories still have their status.
+        con.execute(
+            f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, node_id, being_id, "
+            "'dead', to_json({'status': status}), to_json({'status': 'dead'}), ?, ? FROM nodes "
+            "WHERE being_id = ? AND status <> 'dead' AND NOT pinned "
+            "AND node_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY node_id",
+            [now, run_id, actor, proposal.being_id, refs],
+        )
         rows = con.execute(
             "UPDATE nodes SET status = 'dead', fresh = FALSE, died_reactivations = reactivation_count, "
             "updated_at = ? WHERE being_id = ? AND status <> 'dead' AND NOT pinned "
             "AND node_id IN (SELECT unnest(?::VARCHAR[])) RETURNING node_id",
-            [now, proposal.being_id, proposal.payload["refs"]],
+            [now, proposal.being_id, refs],
         ).fetchall()
-        refs = [r[0] for r in rows]
-        if refs:
-            con.execute(
-                f"INSERT INTO history {HISTORY_COLUMNS} SELECT 'h-' || uuid()::VARCHAR, ?, ref, ?, "
-                "'archived', "
-                "NULL, to_json({'status': 'dead'}), NULL, ? FROM (SELECT unnest(?::VARCHAR[]) AS ref)",
-                [now, proposal.being_id, actor, refs],
-            )
-        return len(refs)
+        return len(rows)
 
     return _in_transaction(con, change)
 
 
-def _settle(con, proposal: Proposal, now: datetime, actor: str) -> int:
+def _settle(con, proposal: Proposal, now: datetime, actor: str, run_id: str | None) -> int:
     p = proposal.payload
     others = [s["fact_id"] for s in p["sides"] if s["fact_id"] != p["keep"]]
 
@@ -116,15 +120,15 @@ def _settle(con, proposal: Proposal, now: datetime, actor: str) -> int:
             con.execute(
                 f"INSERT INTO history {HISTORY_COLUMNS} VALUES ('h-' || uuid()::VARCHAR, ?, ?, ?, "
                 "'superseded', to_json({'value': ?::VARCHAR}), "
-                "to_json({'value': ?::VARCHAR, 'fact_id': ?::VARCHAR}), NULL, ?)",
-                [now, fact_id, proposal.being_id, value, p["keep_value"], p["keep"], actor],
+                "to_json({'value': ?::VARCHAR, 'fact_id': ?::VARCHAR}), ?, ?)",
+                [now, fact_id, proposal.being_id, value, p["keep_value"], p["keep"], run_id, actor],
             )
         return len(rows)
 
     return _in_transaction(con, change)
 
 
-def _procedure(con, proposal: Proposal, now: datetime, actor: str) -> int:
+def _procedure(con, proposal: Proposal, now: datetime, actor: str, run_id: str | None) -> int:
     found = procedures.ProcedureIn.from_payload(proposal.payload)
     saved = procedures.save(con, proposal.being_id, found, source=proposal.proposal_id, now=now)
     return int(saved.created)
@@ -226,7 +230,7 @@ def apply_one(
     if proposal.kind == "memory":
         changed = _memory(settings, proposal)
     elif proposal.kind in appliers:
-        changed = appliers[proposal.kind](con, proposal, now, actor)
+        changed = appliers[proposal.kind](con, proposal, now, actor, run_id)
     else:
         raise MindflowError(f"proposal kind {proposal.kind!r} is not applied by the approvals run")
     if not _audited(con, proposal.proposal_id):
