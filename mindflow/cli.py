@@ -220,6 +220,11 @@ def status() -> None:
     failed = failures.lines(settings)  # runs/failures.jsonl: read without DuckDB or Dagster
     if failed:
         typer.echo("\n" + failed)
+    from mindflow.status import dead_run_lines
+
+    killed = dead_run_lines(settings)  # not yet in failures.jsonl: nothing has reaped them
+    if killed:
+        typer.echo("\n" + killed)
 
 
 @app.command()

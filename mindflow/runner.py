@@ -133,10 +133,7 @@ def prepare_instance(settings: Settings) -> Path:
                 "pip install 'mindflow[scale]'"
             )
         wanted = base + POSTGRES_STORAGE
-        scheme, _, rest = settings.dagster_postgres_url.get_secret_value().partition("://")
-        # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; dagster-postgres brings psycopg2.
-        scheme = "postgresql+psycopg2" if scheme in ("postgresql", "postgres") else scheme
-        os.environ["MINDFLOW_DAGSTER_POSTGRES_URL"] = f"{scheme}://{rest}"
+        _postgres_env(settings)
     # Switching profiles rewrites a file mindflow wrote; one a user edited is theirs.
     current = config.read_text() if config.exists() else None
     if current is None or current in _EARLIER_YAML or _ours(current):
@@ -157,6 +154,31 @@ def prepare_instance(settings: Settings) -> Path:
     # The materializations of a range run reach the event log as one batch.
     os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", "1000")
     return home
+
+
+def _postgres_env(settings: Settings) -> None:
+    """MINDFLOW_DAGSTER_POSTGRES_URL as dagster.yaml's storage reads it."""
+    scheme, _, rest = settings.dagster_postgres_url.get_secret_value().partition("://")
+    # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; dagster-postgres brings psycopg2.
+    scheme = "postgresql+psycopg2" if scheme in ("postgresql", "postgres") else scheme
+    os.environ["MINDFLOW_DAGSTER_POSTGRES_URL"] = f"{scheme}://{rest}"
+
+
+@contextmanager
+def existing_instance(settings: Settings) -> Iterator:
+    """The Dagster instance of this home as it is, for reading (`mindflow status`): None where no run
+    was recorded yet. Unlike `prepare_instance` it writes no file and makes no database."""
+    home = settings.dagster_home
+    postgres = settings.dagster_postgres_url is not None and importlib.util.find_spec("dagster_postgres")
+    if not (home / "dagster.yaml").exists() or not (postgres or (home / "history" / "runs.db").exists()):
+        yield None
+        return
+    if postgres:
+        _postgres_env(settings)
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        yield instance
 
 
 def _ours(text: str) -> bool:
