@@ -98,7 +98,7 @@ SUMMARY_KEYS = {
     "episodes": ("new", "duplicates", "quarantined", "heartbeats_skipped", "deleted"),
     "nodes": ("new", "dying", "revived"),
     "clusters": ("merged_to_sibling", "merged_to_root", "deleted"),
-    "decay_scores": ("active", "fading", "dormant", "archived"),
+    "decay_scores": ("as_of", "scored", "new", "active", "fading", "dormant", "archived", "formed_later"),
     "memories": ("upserted", "deleted"),
     "story": ("mode", "narrated", "chapters_added", "failed_batches", "critical_alerts"),
     "core_memory": ("modes", "max_tokens", "pinned"),

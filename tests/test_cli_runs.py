@@ -263,3 +263,27 @@ def test_rollback_of_story_reports_its_materialization(home, settings):
         assert meta["restored_from"].value == first and meta["mode"].value == "rollback"
         # A file no asset writes (a persona) reports nothing.
         assert instance.get_latest_materialization_event(dg.AssetKey("core_memory")) is None
+
+
+def test_decay_as_of_a_day_before_the_memories_says_it_scored_none(patrolled):
+    """A decay run as of a day before any memory was formed scores nothing; its printout said the
+    table's current status counts as though it had scored them."""
+    import re
+
+    home, _ = patrolled
+    earlier = mindflow(home, "run", "decay", "--partition", "2026-10-01")
+    assert earlier.returncode == 0, earlier.stderr
+    summary = re.search(r"decay_scores: as_of=(\S+) (.*)", earlier.stdout)
+    assert summary and summary.group(1).startswith("2026-10-02T00:00:00"), earlier.stdout
+    counts = dict(pair.split("=") for pair in summary.group(2).split(";")[0].split())
+    later = int(counts.pop("formed_later"))
+    assert later > 0 and counts == {
+        "scored": "0", "new": "0", "active": "0", "fading": "0", "dormant": "0", "archived": "0",
+    }  # fmt: skip
+
+    today = mindflow(home, "run", "decay")
+    assert today.returncode == 0, today.stderr
+    summary = re.search(r"decay_scores: as_of=\S+ (.*)", today.stdout)
+    counts = dict(pair.split("=") for pair in summary.group(1).split(";")[0].split())
+    assert (counts["scored"], counts["new"], counts["formed_later"]) == (str(later), str(later), "0")
+    assert sum(int(counts[s]) for s in ("active", "fading", "dormant", "archived")) == later
