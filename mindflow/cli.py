@@ -72,8 +72,9 @@ def run(
     partition: str | None = typer.Option(
         None,
         "--partition",
-        help="A day (YYYY-MM-DD), a range (START...END) for ingest, a being for extraction, patrol, "
-        "form, narrative and reflection, a month (YYYY-MM) for audit_digest.",
+        help="A day (YYYY-MM-DD), a range (START...END) for ingest, a being or a range of beings "
+        "(FIRST...LAST) for extraction, patrol, form, narrative, journal_reindex and reflection, "
+        "a month (YYYY-MM) for audit_digest.",
     ),
 ) -> None:
     """Execute a job through Dagster on the local instance (the run shows up in the UI)."""

@@ -426,7 +426,8 @@ def run_job(
     elif partition and being and partition != being:
         raise MindflowError("give the being either as --being or as --partition, not both")
     elif partition:
-        validate_being_id(partition)
+        for name in partition.split("...", 1):  # a being, or a range FIRST...LAST of them
+            validate_being_id(name)
 
     prepare_instance(settings)
     import warnings
@@ -446,22 +447,30 @@ def run_job(
     if job in ("extraction", "patrol", "form", "narrative", "journal_reindex", "reflection"):
         known = instance.get_dynamic_partitions("beings")
         wanted = being or partition
-        if wanted and wanted not in known:
+        names = wanted.split("...", 1) if wanted else []
+        for name in names:
+            if name not in known:
+                raise MindflowError(
+                    f"unknown being {name!r}: it has no ingested episodes yet "
+                    f"(known: {', '.join(known) or 'none'})"
+                )
+        if len(names) == 2 and known.index(names[1]) < known.index(names[0]):
             raise MindflowError(
-                f"unknown being {wanted!r}: it has no ingested episodes yet "
-                f"(known: {', '.join(known) or 'none'})"
+                f"invalid range {wanted!r}: {names[1]} comes before {names[0]} among the beings "
+                f"({', '.join(known)})"
             )
-        if wanted:
+        if len(names) == 1:
             runs.append((wanted, {"partition_key": wanted}))
         elif known:
-            # Every being in one run: the model loads once and memories publish once.
+            # Every being (or a range of them) in one run: the model loads once, memories publish once.
+            first, last = names or (known[0], known[-1])
             runs.append(
                 (
-                    f"{known[0]}...{known[-1]}" if len(known) > 1 else known[0],
+                    f"{first}...{last}" if first != last else first,
                     {
                         "tags": {
-                            "dagster/asset_partition_range_start": known[0],
-                            "dagster/asset_partition_range_end": known[-1],
+                            "dagster/asset_partition_range_start": first,
+                            "dagster/asset_partition_range_end": last,
                         }
                     },
                 )
