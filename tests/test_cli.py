@@ -109,6 +109,27 @@ ERROR_CASES = {
         ["run", "audit_digest", "--partition", "2999-01"],
         "month '2999-01' lies outside the partitions (2020-01 .. ",
     ),
+    "ingest-missing-argument": (
+        ["ingest", "--being", "ada"],
+        "missing argument PATH; see `mindflow ingest --help`",
+    ),
+    "run-missing-job": (["run"], "missing argument JOB; see `mindflow run --help`"),
+    "memories-show-missing-being": (
+        ["memories", "show", "n-1"],
+        "missing option --being; see `mindflow memories show --help`",
+    ),
+    "memories-list-limit-zero": (
+        ["memories", "list", "--being", "ada", "--limit", "0"],
+        "invalid --limit 0: give how many memories, 1 or more",
+    ),
+    "memories-list-limit-not-a-number": (
+        ["memories", "list", "--being", "ada", "--limit", "many"],
+        "invalid --limit: ",
+    ),
+    "ebooks-search-k-zero": (
+        ["ebooks", "search", "tea", "-k", "0"],
+        "invalid -k 0: give how many passages, 1 to 50",
+    ),
     "run-ingest-reversed-range": (
         ["run", "ingest", "--partition", "2026-10-05...2026-10-01"],
         "the end is before the start",
