@@ -90,7 +90,12 @@ def run(
         typer.echo("interrupted: stopped waiting or running; nothing is lost, run it again", err=True)
         raise typer.Exit(code=130) from None
     if not summaries:
-        typer.echo(f"{job}: nothing to do (no pending inbox file)")
+        if job != "ingest":  # only the jobs over the beings partitions can find nothing to run
+            typer.echo(f"{job}: nothing to do (no being has ingested episodes yet)")
+        elif partition:
+            typer.echo(f"ingest: nothing to ingest for {partition} (no episodes in those days)")
+        else:
+            typer.echo("ingest: nothing to do (no pending inbox file)")
     for s in summaries:
         typer.echo(f"{s.job} [{s.partition}] run {s.run_id}: {'ok' if s.success else 'FAILED'}")
         if s.changes:

@@ -199,6 +199,24 @@ def test_status_without_data_prints_a_hint(tmp_path):
     assert not (tmp_path / "home" / "mindflow.duckdb").exists()
 
 
+def test_a_run_with_nothing_to_do_says_why(tmp_path):
+    home = tmp_path / "home"
+    landed = mindflow(home, "ingest", str(SAMPLES / "bram" / "2026-10-20.md"), "--being", "bram")
+    assert landed.returncode == 0, landed.stderr
+    procs = {
+        "range": start(home, "run", "ingest", "--partition", "2026-01-01...2026-01-05"),
+        "patrol": start(home, "run", "patrol"),
+    }
+    said = {name: proc.communicate(timeout=240) for name, proc in procs.items()}
+    assert all(proc.returncode == 0 for proc in procs.values()), said
+    # The inbox holds a pending file, only not for those days.
+    assert (
+        said["range"][0]
+        == "ingest: nothing to ingest for 2026-01-01...2026-01-05 (no episodes in those days)\n"
+    )
+    assert said["patrol"][0] == "patrol: nothing to do (no being has ingested episodes yet)\n"
+
+
 def test_init_creates_the_stores_once(tmp_path):
     home = tmp_path / "home"
     first = mindflow(home, "init")
