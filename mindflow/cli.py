@@ -51,6 +51,11 @@ def ingest(
     except MindflowError as exc:
         _fail(exc)
     span = f", days {report.first_day} .. {report.last_day}" if report.first_day else ""
+    if report.already:
+        typer.echo(
+            f"already landed: {report.path} holds the same content, waiting to be ingested; nothing copied"
+        )
+        return
     typer.echo(
         f"landed {report.path}: {report.episodes} episodes, {report.quarantined} malformed lines "
         f"(quarantined when ingested), {report.heartbeats} heartbeats skipped{span}"
@@ -414,7 +419,8 @@ def demo(
                     report = land_file(
                         settings.inbox, path, being_dir.name, max_chars=settings.max_episode_chars
                     )
-                    typer.echo(f"landed {being_dir.name}/{path.name}: {report.episodes} episodes")
+                    landed = "already landed" if report.already else "landed"
+                    typer.echo(f"{landed} {being_dir.name}/{path.name}: {report.episodes} episodes")
         from mindflow.narrative import place_personas, workspace_summary
 
         with store.connect(settings.duckdb_path) as con:  # the CREATE rows reach audit_log too

@@ -217,6 +217,27 @@ def test_a_run_with_nothing_to_do_says_why(tmp_path):
     assert said["patrol"][0] == "patrol: nothing to do (no being has ingested episodes yet)\n"
 
 
+def test_landing_a_file_already_pending_says_so(tmp_path):
+    home = tmp_path / "home"
+    source = SAMPLES / "bram" / "2026-10-20.md"
+    first = mindflow(home, "ingest", str(source), "--being", "bram")
+    assert first.returncode == 0 and first.stdout.startswith("landed "), first.stderr
+    target = home / "inbox" / "bram" / "2026-10-20.md"
+    again = mindflow(home, "ingest", str(source), "--being", "bram")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == (
+        f"already landed: {target} holds the same content, waiting to be ingested; nothing copied\n"
+    )
+    # Other content under the same name lands beside it, and a second landing of it is found there.
+    edited = tmp_path / "2026-10-20.md"
+    edited.write_bytes(source.read_bytes() + b"- [18:00] Bram locks the workshop.\n")
+    beside = mindflow(home, "ingest", str(edited), "--being", "bram")
+    assert beside.returncode == 0 and beside.stdout.startswith("landed "), beside.stderr
+    twice = mindflow(home, "ingest", str(edited), "--being", "bram")
+    assert twice.stdout.startswith("already landed: ") and "nothing copied" in twice.stdout
+    assert len(list((home / "inbox" / "bram").rglob("*.md"))) == 2
+
+
 def test_init_creates_the_stores_once(tmp_path):
     home = tmp_path / "home"
     first = mindflow(home, "init")
