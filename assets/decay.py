@@ -45,7 +45,8 @@ def decay_scores(
 ) -> dg.MaterializeResult:
     """Decay relevance per memory: base * exp(-0.03 * days) * log2(accesses + 1) * type weight; and each
     fact's activation, with the accesses the read API recorded (Hot, Warm, Cool). A run's row count is
-    the memories it scored: every memory, as of its day."""
+    the table's memories; `scored` and the status counts are those formed by its day, `formed_later`
+    those it left alone."""
     as_of = utcnow()
     if config.as_of:
         # As of a day means by its end: a day that has not ended yet is decayed as of now.
@@ -71,8 +72,10 @@ def decay_scores(
     )
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": sum(report.statuses.values()),
+            "dagster/row_count": sum(report.statuses.values()) + report.formed_later,
             "as_of": as_of.isoformat(timespec="seconds"),
+            "scored": report.scored,
+            "formed_later": report.formed_later,
             "new": report.registered,
             **{status: report.statuses.get(status, 0) for status in STATUSES},
             **{f"change_{s}": n for s, n in report.changes.items()},

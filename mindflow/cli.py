@@ -51,6 +51,11 @@ def ingest(
     except MindflowError as exc:
         _fail(exc)
     span = f", days {report.first_day} .. {report.last_day}" if report.first_day else ""
+    if report.already:
+        typer.echo(
+            f"already landed: {report.path} holds the same content, waiting to be ingested; nothing copied"
+        )
+        return
     typer.echo(
         f"landed {report.path}: {report.episodes} episodes, {report.quarantined} malformed lines "
         f"(quarantined when ingested), {report.heartbeats} heartbeats skipped{span}"
@@ -72,8 +77,9 @@ def run(
     partition: str | None = typer.Option(
         None,
         "--partition",
-        help="A day (YYYY-MM-DD), a range (START...END) for ingest, a being for extraction, patrol, "
-        "form, narrative and reflection, a month (YYYY-MM) for audit_digest.",
+        help="A day (YYYY-MM-DD), a range (START...END) for ingest, a being or a range of beings "
+        "(FIRST...LAST) for extraction, patrol, form, narrative, journal_reindex and reflection, "
+        "a month (YYYY-MM) for audit_digest.",
     ),
 ) -> None:
     """Execute a job through Dagster on the local instance (the run shows up in the UI)."""
@@ -89,7 +95,12 @@ def run(
         typer.echo("interrupted: stopped waiting or running; nothing is lost, run it again", err=True)
         raise typer.Exit(code=130) from None
     if not summaries:
-        typer.echo(f"{job}: nothing to do (no pending inbox file)")
+        if job != "ingest":  # only the jobs over the beings partitions can find nothing to run
+            typer.echo(f"{job}: nothing to do (no being has ingested episodes yet)")
+        elif partition:
+            typer.echo(f"ingest: nothing to ingest for {partition} (no episodes in those days)")
+        else:
+            typer.echo("ingest: nothing to do (no pending inbox file)")
     for s in summaries:
         typer.echo(f"{s.job} [{s.partition}] run {s.run_id}: {'ok' if s.success else 'FAILED'}")
         if s.changes:
@@ -220,6 +231,11 @@ def status() -> None:
     failed = failures.lines(settings)  # runs/failures.jsonl: read without DuckDB or Dagster
     if failed:
         typer.echo("\n" + failed)
+    from mindflow.status import dead_run_lines
+
+    killed = dead_run_lines(settings)  # not yet in failures.jsonl: nothing has reaped them
+    if killed:
+        typer.echo("\n" + killed)
 
 
 @app.command()
@@ -403,7 +419,8 @@ def demo(
                     report = land_file(
                         settings.inbox, path, being_dir.name, max_chars=settings.max_episode_chars
                     )
-                    typer.echo(f"landed {being_dir.name}/{path.name}: {report.episodes} episodes")
+                    landed = "already landed" if report.already else "landed"
+                    typer.echo(f"{landed} {being_dir.name}/{path.name}: {report.episodes} episodes")
         from mindflow.narrative import place_personas, workspace_summary
 
         with store.connect(settings.duckdb_path) as con:  # the CREATE rows reach audit_log too
@@ -680,7 +697,7 @@ def ebooks_reindex(
 @ebooks_app.command("search")
 def ebooks_search(
     query: str = typer.Argument(..., help="What to look for, in plain words."),
-    k: int = typer.Option(5, "-k", "--k", min=1, max=50, help="How many passages."),
+    k: int = typer.Option(5, "-k", "--k", help="How many passages, 1 to 50."),
     full: bool = typer.Option(False, "--full", help="Print whole chunks instead of 300 characters."),
 ) -> None:
     """Hybrid (vector + full-text) search of the ebook index."""
@@ -688,6 +705,8 @@ def ebooks_search(
 
     settings = load_settings()
     try:
+        if not 1 <= k <= 50:
+            raise MindflowError(f"invalid -k {k}: give how many passages, 1 to 50")
         hits = rag.search(query, k, settings=settings)
     except MindflowError as exc:
         _fail(exc)
@@ -793,7 +812,7 @@ def memories_list(
     until: str | None = typer.Option(
         None, "--until", help="Happened at or before: YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS] (UTC)."
     ),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many (default: all)."),
+    limit: int | None = typer.Option(None, "--limit", help="At most this many, 1 or more (default: all)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON record per line."),
 ) -> None:
     """The being's memories, oldest first (when they happened), with status and text."""
@@ -805,6 +824,8 @@ def memories_list(
 
     try:
         since_at, until_at = _moment("--since", since), _moment("--until", until, until=True)
+        if limit is not None and limit < 1:
+            raise MindflowError(f"invalid --limit {limit}: give how many memories, 1 or more (default: all)")
         _, table, _, state = _memory_reader(being)
         found = records.iter_memories(
             table, being, state, page_size=records.MAX_PAGE,
@@ -859,11 +880,39 @@ def memories_history(
         typer.echo(f"  {_when(entry.ts)}  {entry.operation:<12} {entry.actor:<10}{run}  {change}")
 
 
+def _parameter_error(exc: typer.BadParameter) -> str:
+    """`missing argument PATH`, `missing option --being`, or typer's message on a value it cannot read."""
+    param = exc.param
+    if param is None:
+        return exc.format_message()
+    name = param.opts[0] if getattr(param, "opts", None) and param.param_type_name == "option" else None
+    name = name or (param.name or "").upper()
+    if type(exc).__name__ == "MissingParameter":
+        return f"missing {param.param_type_name} {name}"
+    return f"invalid {name}: {exc.message}"
+
+
 def main() -> None:
     from pydantic import ValidationError
 
     try:
-        app()
+        # Not standalone: typer's own handling answers a missing argument with a usage box (exit 2).
+        code = app(standalone_mode=False)
+    except typer.BadParameter as exc:
+        # A missing argument or option, or a value typer cannot read: one error line naming it
+        # and exit 1, as every other bad input gets (_fail).
+        where = exc.ctx.command_path if exc.ctx else "mindflow"
+        typer.echo(f"error: {_parameter_error(exc)}; see `{where} --help`", err=True)
+        raise SystemExit(1) from None
+    except typer.TyperException as exc:
+        # Anything else typer refuses (an unknown option or command): shown as typer shows it.
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        typer.echo("Aborted.", err=True)
+        raise SystemExit(1) from None
     except ValidationError as exc:
         # A bad MINDFLOW_* setting: one line per problem, naming the setting, no traceback.
         for error in exc.errors():
@@ -871,6 +920,7 @@ def main() -> None:
             name = f"MINDFLOW_{where}" if where else "settings"
             typer.echo(f"error: {name}: {error['msg']}", err=True)
         raise SystemExit(2) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ class DecayParams:
 class DecayReport:
     registered: int = 0
     scored: int = 0
-    statuses: dict[str, int] = field(default_factory=dict)
+    # Memories formed after `as_of` (a run as of an earlier day): neither scored nor counted below.
+    formed_later: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)  # of the memories formed by `as_of`
     changes: dict[str, int] = field(default_factory=dict)  # net change of each status
     transitions: list[tuple[str, str, str, int]] = field(default_factory=list)  # being, from, to, n
 
@@ -177,8 +179,13 @@ def _transitions(
     return [tuple(row) for row in rows]
 
 
-def _status_counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    counts = dict(con.execute("SELECT status, count(*) FROM decay_scores GROUP BY 1").fetchall())
+def _status_counts(con: duckdb.DuckDBPyConnection, as_of: datetime) -> dict[str, int]:
+    """Status counts of the memories formed by `as_of`, the only ones a run as of that day scores."""
+    counts = dict(
+        con.execute(
+            "SELECT status, count(*) FROM decay_scores WHERE created_at <= ? GROUP BY 1", [as_of]
+        ).fetchall()
+    )
     return {status: counts.get(status, 0) for status in STATUSES}
 
 
@@ -188,15 +195,19 @@ def run_decay(
     params: DecayParams | None = None,
     run_id: str | None = None,
 ) -> DecayReport:
-    """Register new memories, rescore all; report status counts and their net change.
+    """Register new memories, rescore all formed by `as_of`; report their status counts and net
+    change, and how many memories were formed later (left as they were).
 
     Each status change is a `decay_status` history row of the memory, with `run_id`."""
     params = params or DecayParams()
     report = DecayReport()
-    before = _status_counts(con)
+    before = _status_counts(con, as_of)
     new_refs = register_nodes(con, as_of, params)
     report.registered = len(new_refs)
     report.scored = update_scores(con, as_of, params)
+    # Counted in nodes: one formed after `as_of` may have no decay row yet.
+    later = con.execute("SELECT count(*) FROM nodes WHERE created_at > ?", [as_of]).fetchone()
+    report.formed_later = later[0]
     # Read between the two statements: the new scores beside the statuses they replace.
     report.transitions = _transitions(con, as_of, params, new_refs)
     update_statuses(con, as_of, params, run_id)

@@ -63,6 +63,7 @@ class LandReport:
     heartbeats: int
     first_day: date | None
     last_day: date | None
+    already: bool = False  # identical content was already pending at `path`: nothing was copied
 
 
 def _sha256(data: bytes) -> str:
@@ -157,11 +158,15 @@ def land_file(
         raise MindflowError(f"{source}: daily markdown logs must be named YYYY-MM-DD.md")
     if fmt != "daily-md" and not name.endswith(".jsonl"):
         name = f"{Path(name).stem}{_SUFFIX_FOR_FORMAT[fmt]}"
-    target = _free_name(inbox / being_id, name, _sha256(data))
-    if target is not None:
+    sha = _sha256(data)
+    target = _free_name(inbox / being_id, name, sha)
+    # A second landing under another name is found at the name carrying its checksum.
+    already = target is None or (target.is_file() and _sha256(target.read_bytes()) == sha)
+    if not already:
         atomic_write(target, data)
     days = [e.day for e in result.episodes]
     return LandReport(
+        already=already,
         path=target or (inbox / being_id / name),
         episodes=len(result.episodes),
         quarantined=len(result.quarantined),

@@ -203,6 +203,30 @@ def _storage_read(function):
     return reading
 
 
+def _dead_runs(instance) -> list[tuple[object, int]]:
+    """(run, pid) of each unfinished run whose process, checkable from here, is gone."""
+    dead = []
+    for record in _in_progress(instance):
+        run = record.dagster_run
+        pid, start, checkable = _process_of(instance, run)
+        # A launched run whose worker has not named its pid yet is still starting.
+        if checkable and pid is not None and not process_alive(pid, start):
+            dead.append((run, pid))
+    return dead
+
+
+@_storage_read
+def dead_runs(instance) -> list[Holder]:
+    """The unfinished runs whose process is gone, as `reap_stale_runs` judges them, without marking
+    them: what `mindflow status` shows (it writes nothing)."""
+    found = []
+    for run, pid in _dead_runs(instance):
+        record = instance.get_run_record_by_id(run.run_id)
+        started = datetime.fromtimestamp(record.start_time, UTC) if record and record.start_time else None
+        found.append(Holder(run.run_id, run.job_name, run.status.value, pid, started))
+    return found
+
+
 @_storage_read
 def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapReport:
     """Report failed every unfinished run whose process is gone; free the slots of finished runs.
@@ -214,12 +238,7 @@ def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapR
     import dagster as dg
 
     report = ReapReport()
-    for record in _in_progress(instance):
-        run = record.dagster_run
-        pid, start, checkable = _process_of(instance, run)
-        # A launched run whose worker has not named its pid yet is still starting.
-        if not checkable or pid is None or process_alive(pid, start):
-            continue
+    for run, pid in _dead_runs(instance):
         message = (
             f"The process of this run (pid {pid}) is gone (killed, or its machine restarted): "
             "mindflow marked the run failed and freed its pool slots so later runs can start."

@@ -98,7 +98,7 @@ SUMMARY_KEYS = {
     "episodes": ("new", "duplicates", "quarantined", "heartbeats_skipped", "deleted"),
     "nodes": ("new", "dying", "revived"),
     "clusters": ("merged_to_sibling", "merged_to_root", "deleted"),
-    "decay_scores": ("active", "fading", "dormant", "archived"),
+    "decay_scores": ("as_of", "scored", "new", "active", "fading", "dormant", "archived", "formed_later"),
     "memories": ("upserted", "deleted"),
     "story": ("mode", "narrated", "chapters_added", "failed_batches", "critical_alerts"),
     "core_memory": ("modes", "max_tokens", "pinned"),
@@ -133,10 +133,7 @@ def prepare_instance(settings: Settings) -> Path:
                 "pip install 'mindflow[scale]'"
             )
         wanted = base + POSTGRES_STORAGE
-        scheme, _, rest = settings.dagster_postgres_url.get_secret_value().partition("://")
-        # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; dagster-postgres brings psycopg2.
-        scheme = "postgresql+psycopg2" if scheme in ("postgresql", "postgres") else scheme
-        os.environ["MINDFLOW_DAGSTER_POSTGRES_URL"] = f"{scheme}://{rest}"
+        _postgres_env(settings)
     # Switching profiles rewrites a file mindflow wrote; one a user edited is theirs.
     current = config.read_text() if config.exists() else None
     if current is None or current in _EARLIER_YAML or _ours(current):
@@ -157,6 +154,31 @@ def prepare_instance(settings: Settings) -> Path:
     # The materializations of a range run reach the event log as one batch.
     os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", "1000")
     return home
+
+
+def _postgres_env(settings: Settings) -> None:
+    """MINDFLOW_DAGSTER_POSTGRES_URL as dagster.yaml's storage reads it."""
+    scheme, _, rest = settings.dagster_postgres_url.get_secret_value().partition("://")
+    # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; dagster-postgres brings psycopg2.
+    scheme = "postgresql+psycopg2" if scheme in ("postgresql", "postgres") else scheme
+    os.environ["MINDFLOW_DAGSTER_POSTGRES_URL"] = f"{scheme}://{rest}"
+
+
+@contextmanager
+def existing_instance(settings: Settings) -> Iterator:
+    """The Dagster instance of this home as it is, for reading (`mindflow status`): None where no run
+    was recorded yet. Unlike `prepare_instance` it writes no file and makes no database."""
+    home = settings.dagster_home
+    postgres = settings.dagster_postgres_url is not None and importlib.util.find_spec("dagster_postgres")
+    if not (home / "dagster.yaml").exists() or not (postgres or (home / "history" / "runs.db").exists()):
+        yield None
+        return
+    if postgres:
+        _postgres_env(settings)
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        yield instance
 
 
 def _ours(text: str) -> bool:
@@ -404,7 +426,8 @@ def run_job(
     elif partition and being and partition != being:
         raise MindflowError("give the being either as --being or as --partition, not both")
     elif partition:
-        validate_being_id(partition)
+        for name in partition.split("...", 1):  # a being, or a range FIRST...LAST of them
+            validate_being_id(name)
 
     prepare_instance(settings)
     import warnings
@@ -424,22 +447,30 @@ def run_job(
     if job in ("extraction", "patrol", "form", "narrative", "journal_reindex", "reflection"):
         known = instance.get_dynamic_partitions("beings")
         wanted = being or partition
-        if wanted and wanted not in known:
+        names = wanted.split("...", 1) if wanted else []
+        for name in names:
+            if name not in known:
+                raise MindflowError(
+                    f"unknown being {name!r}: it has no ingested episodes yet "
+                    f"(known: {', '.join(known) or 'none'})"
+                )
+        if len(names) == 2 and known.index(names[1]) < known.index(names[0]):
             raise MindflowError(
-                f"unknown being {wanted!r}: it has no ingested episodes yet "
-                f"(known: {', '.join(known) or 'none'})"
+                f"invalid range {wanted!r}: {names[1]} comes before {names[0]} among the beings "
+                f"({', '.join(known)})"
             )
-        if wanted:
+        if len(names) == 1:
             runs.append((wanted, {"partition_key": wanted}))
         elif known:
-            # Every being in one run: the model loads once and memories publish once.
+            # Every being (or a range of them) in one run: the model loads once, memories publish once.
+            first, last = names or (known[0], known[-1])
             runs.append(
                 (
-                    f"{known[0]}...{known[-1]}" if len(known) > 1 else known[0],
+                    f"{first}...{last}" if first != last else first,
                     {
                         "tags": {
-                            "dagster/asset_partition_range_start": known[0],
-                            "dagster/asset_partition_range_end": known[-1],
+                            "dagster/asset_partition_range_start": first,
+                            "dagster/asset_partition_range_end": last,
                         }
                     },
                 )

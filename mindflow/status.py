@@ -117,3 +117,22 @@ def proposal_lines(settings, now=None) -> str:
             line = f"ALERT {line}; {len(stale)} pending for more than {STALE_HOURS} hours"
         lines.append(line)
     return "\n".join(lines)
+
+
+def dead_run_lines(settings) -> str:
+    """Runs left started by a process that is gone (killed with -9, out of memory), judged as the
+    reaper of `mindflow run` and `init` judges them; shown, not marked: status writes nothing."""
+    from mindflow import pool
+    from mindflow.runner import existing_instance
+
+    try:
+        with existing_instance(settings) as instance:
+            dead = pool.dead_runs(instance) if instance is not None else []
+    except pool.StorageLocked as exc:
+        return f"runs not checked: {exc}"
+    return "\n".join(
+        f"killed: {run.job} run {run.run_id} ({run.status.lower()}"
+        + (f" since {run.started:%Y-%m-%d %H:%M:%S} UTC" if run.started else "")
+        + f"): process {run.pid} is gone; the next `mindflow run` or `mindflow init` marks it failed"
+        for run in dead
+    )

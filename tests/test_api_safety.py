@@ -301,6 +301,9 @@ def test_the_being_id_is_checked_after_the_token(http):
     [
         (";", "names no token"),
         (" ;; ", "names no token"),
+        ("tokA=ada;;", "MINDFLOW_API_TOKENS has an empty entry"),
+        ("tokA=ada;;tokB=*", "MINDFLOW_API_TOKENS has an empty entry"),
+        (";tokA=ada", "MINDFLOW_API_TOKENS has an empty entry"),
         ("tokA=ada;tokA=*", "listed twice"),
         ("tokA=ada;tokB=*;tokA=bram", "listed twice"),
     ],
@@ -334,3 +337,8 @@ def test_token_mistakes_refuse_to_start(tmp_path, spec, says):
 def test_a_blank_token_setting_is_no_tokens_and_trailing_separators_are_fine():
     assert not parse_tokens("").enabled and not parse_tokens("   ").enabled
     assert parse_tokens("tokA=ada,bram;").scopes == {"tokA": frozenset({"ada", "bram"})}
+    # Only one: a second is an empty entry, and says where.
+    with pytest.raises(MindflowError, match=r"empty entry \(entry 2 of 3: "):
+        parse_tokens("tokA=ada;;")
+    with pytest.raises(MindflowError, match=r"empty entry \(entry 1 of 2: "):
+        parse_tokens(";tokA=ada")

@@ -109,6 +109,27 @@ ERROR_CASES = {
         ["run", "audit_digest", "--partition", "2999-01"],
         "month '2999-01' lies outside the partitions (2020-01 .. ",
     ),
+    "ingest-missing-argument": (
+        ["ingest", "--being", "ada"],
+        "missing argument PATH; see `mindflow ingest --help`",
+    ),
+    "run-missing-job": (["run"], "missing argument JOB; see `mindflow run --help`"),
+    "memories-show-missing-being": (
+        ["memories", "show", "n-1"],
+        "missing option --being; see `mindflow memories show --help`",
+    ),
+    "memories-list-limit-zero": (
+        ["memories", "list", "--being", "ada", "--limit", "0"],
+        "invalid --limit 0: give how many memories, 1 or more",
+    ),
+    "memories-list-limit-not-a-number": (
+        ["memories", "list", "--being", "ada", "--limit", "many"],
+        "invalid --limit: ",
+    ),
+    "ebooks-search-k-zero": (
+        ["ebooks", "search", "tea", "-k", "0"],
+        "invalid -k 0: give how many passages, 1 to 50",
+    ),
     "run-ingest-reversed-range": (
         ["run", "ingest", "--partition", "2026-10-05...2026-10-01"],
         "the end is before the start",
@@ -176,6 +197,45 @@ def test_status_without_data_prints_a_hint(tmp_path):
     assert result.stdout.startswith("no memory yet in ")
     assert "mindflow ingest" in result.stdout and "mindflow run ingest" in result.stdout
     assert not (tmp_path / "home" / "mindflow.duckdb").exists()
+
+
+def test_a_run_with_nothing_to_do_says_why(tmp_path):
+    home = tmp_path / "home"
+    landed = mindflow(home, "ingest", str(SAMPLES / "bram" / "2026-10-20.md"), "--being", "bram")
+    assert landed.returncode == 0, landed.stderr
+    procs = {
+        "range": start(home, "run", "ingest", "--partition", "2026-01-01...2026-01-05"),
+        "patrol": start(home, "run", "patrol"),
+    }
+    said = {name: proc.communicate(timeout=240) for name, proc in procs.items()}
+    assert all(proc.returncode == 0 for proc in procs.values()), said
+    # The inbox holds a pending file, only not for those days.
+    assert (
+        said["range"][0]
+        == "ingest: nothing to ingest for 2026-01-01...2026-01-05 (no episodes in those days)\n"
+    )
+    assert said["patrol"][0] == "patrol: nothing to do (no being has ingested episodes yet)\n"
+
+
+def test_landing_a_file_already_pending_says_so(tmp_path):
+    home = tmp_path / "home"
+    source = SAMPLES / "bram" / "2026-10-20.md"
+    first = mindflow(home, "ingest", str(source), "--being", "bram")
+    assert first.returncode == 0 and first.stdout.startswith("landed "), first.stderr
+    target = home / "inbox" / "bram" / "2026-10-20.md"
+    again = mindflow(home, "ingest", str(source), "--being", "bram")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == (
+        f"already landed: {target} holds the same content, waiting to be ingested; nothing copied\n"
+    )
+    # Other content under the same name lands beside it, and a second landing of it is found there.
+    edited = tmp_path / "2026-10-20.md"
+    edited.write_bytes(source.read_bytes() + b"- [18:00] Bram locks the workshop.\n")
+    beside = mindflow(home, "ingest", str(edited), "--being", "bram")
+    assert beside.returncode == 0 and beside.stdout.startswith("landed "), beside.stderr
+    twice = mindflow(home, "ingest", str(edited), "--being", "bram")
+    assert twice.stdout.startswith("already landed: ") and "nothing copied" in twice.stdout
+    assert len(list((home / "inbox" / "bram").rglob("*.md"))) == 2
 
 
 def test_init_creates_the_stores_once(tmp_path):

@@ -263,3 +263,56 @@ def test_rollback_of_story_reports_its_materialization(home, settings):
         assert meta["restored_from"].value == first and meta["mode"].value == "rollback"
         # A file no asset writes (a persona) reports nothing.
         assert instance.get_latest_materialization_event(dg.AssetKey("core_memory")) is None
+
+
+def test_decay_as_of_a_day_before_the_memories_says_it_scored_none(patrolled):
+    """A decay run as of a day before any memory was formed scores nothing; its printout said the
+    table's current status counts as though it had scored them."""
+    import re
+
+    home, _ = patrolled
+    earlier = mindflow(home, "run", "decay", "--partition", "2026-10-01")
+    assert earlier.returncode == 0, earlier.stderr
+    summary = re.search(r"decay_scores: as_of=(\S+) (.*)", earlier.stdout)
+    assert summary and summary.group(1).startswith("2026-10-02T00:00:00"), earlier.stdout
+    counts = dict(pair.split("=") for pair in summary.group(2).split(";")[0].split())
+    later = int(counts.pop("formed_later"))
+    assert later > 0 and counts == {
+        "scored": "0", "new": "0", "active": "0", "fading": "0", "dormant": "0", "archived": "0",
+    }  # fmt: skip
+
+    today = mindflow(home, "run", "decay")
+    assert today.returncode == 0, today.stderr
+    summary = re.search(r"decay_scores: as_of=\S+ (.*)", today.stdout)
+    counts = dict(pair.split("=") for pair in summary.group(1).split(";")[0].split())
+    assert (counts["scored"], counts["new"], counts["formed_later"]) == (str(later), str(later), "0")
+    assert sum(int(counts[s]) for s in ("active", "fading", "dormant", "archived")) == later
+
+
+def test_patrol_runs_a_range_of_beings(tmp_path):
+    """`--partition FIRST...LAST` patrols those beings in one run, as ingest takes a range of days;
+    it was refused as an invalid being id."""
+    from tests.test_cli import parse_table
+
+    home = tmp_path / "home"
+    for being in ("ada", "bram", "cleo"):
+        landed = mindflow(home, "ingest", str(SAMPLES / "bram" / "2026-10-20.md"), "--being", being)
+        assert landed.returncode == 0, landed.stderr
+    ingested = mindflow(home, "run", "ingest")
+    assert ingested.returncode == 0, ingested.stderr
+
+    backwards = mindflow(home, "run", "patrol", "--partition", "cleo...bram")
+    assert backwards.returncode == 1 and backwards.stdout == ""
+    assert backwards.stderr == (
+        "error: invalid range 'cleo...bram': bram comes before cleo among the beings (ada, bram, cleo)\n"
+    )
+    unknown = mindflow(home, "run", "patrol", "--partition", "bram...dora")
+    assert unknown.returncode == 1 and unknown.stderr.startswith("error: unknown being 'dora'")
+
+    ran = mindflow(home, "run", "patrol", "--partition", "bram...cleo")
+    assert ran.returncode == 0, ran.stderr
+    (line,) = [line for line in ran.stdout.splitlines() if not line.startswith("  ")]
+    assert line.startswith("patrol [bram...cleo] run ") and line.endswith(": ok")
+    rows = parse_table(mindflow(home, "status").stdout)
+    assert rows["ada"]["nodes"] == "0"
+    assert rows["bram"]["nodes"] == rows["cleo"]["nodes"] == rows["bram"]["episodes"] != "0"

@@ -117,6 +117,31 @@ def test_a_run_killed_mid_step_never_blocks_the_next_one(ingested):
     assert status.returncode == 0 and "bram" in status.stdout
 
 
+def test_status_shows_a_killed_run_before_anything_reaps_it(ingested):
+    home = ingested
+    killed_run, victim = _kill_patrol_mid_step(home)
+
+    status = mindflow(home, "status")
+    assert status.returncode == 0, status.stderr
+    killed = [line for line in status.stdout.splitlines() if line.startswith("killed: ")]
+    assert len(killed) == 1, status.stdout
+    assert killed[0].startswith(f"killed: patrol run {killed_run} (started since ")
+    assert killed[0].endswith(
+        f"): process {victim.pid} is gone; the next `mindflow run` or `mindflow init` marks it failed"
+    )
+
+    import dagster as dg
+
+    # Status only tells: the run is still recorded started and no failure was written.
+    with _instance(home) as instance:
+        assert instance.get_run_by_id(killed_run).status == dg.DagsterRunStatus.STARTED
+    assert not (home / "runs" / "failures.jsonl").exists()
+    reaped = mindflow(home, "init")
+    assert reaped.returncode == 0, reaped.stderr
+    after = mindflow(home, "status")
+    assert "killed: " not in after.stdout and f"run {killed_run}" in after.stdout
+
+
 def test_a_waiting_run_says_why_sleeps_and_stops_on_ctrl_c(ingested):
     home = ingested
     holder = start(home, "run", "patrol")

@@ -118,12 +118,23 @@ def parse_tokens(spec: str | Mapping[str, str | Iterable[str]] | TokenScopes | N
         items = [(t, [b] if isinstance(b, str) else list(b)) for t, b in spec.items()]
     else:
         items = []
-        for entry in (e.strip() for e in spec.split(";")):
+        # One trailing ';' is tolerated (a list built by appending 'token=beings;'); an empty entry
+        # elsewhere (';;', a leading ';') is a mistake, most likely a token lost in editing.
+        entries = [e.strip() for e in spec.strip().split(";")]
+        empty = [i for i, e in enumerate(entries[:-1]) if not e]
+        if any(entries) and empty:
+            raise MindflowError(
+                f"MINDFLOW_API_TOKENS has an empty entry (entry {empty[0] + 1} of {len(entries)}: "
+                f"';;' or a leading ';'): write token=beings entries separated by one ';', e.g. {_EXAMPLE}"
+            )
+        for entry in entries:
             if not entry:
                 continue
             token, sep, beings = entry.partition("=")
             if not sep:
-                raise MindflowError(f"API token entry without '=' (token=beings); e.g. {_EXAMPLE}")
+                raise MindflowError(
+                    f"MINDFLOW_API_TOKENS: an entry without '=' (token=beings); e.g. {_EXAMPLE}"
+                )
             items.append((token.strip(), [b.strip() for b in beings.split(",") if b.strip()]))
         if not items:
             raise MindflowError(
