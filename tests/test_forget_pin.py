@@ -457,6 +457,36 @@ def test_a_forgotten_memory_can_still_be_deleted_for_good(world):
     assert one.post("/v1/beings/ada/forget", json={"refs": [cat]}).status_code == 404
 
 
+def test_a_forget_by_query_finds_archived_memories_again_and_agents_still_do_not(world):
+    """A forgotten memory a run archived, and one decay archived, are found by their words and
+    deleted for good; recall and search_memory still leave both out."""
+    settings, refs, (one, two) = world
+    cat, tea = refs["a02"], refs["a04"]
+    proposal = one.post("/v1/beings/ada/forget", json={"query": "grey cat Pixel"}).json()["proposal_id"]
+    one.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "refs": [cat], "confirm": True})
+    assert _fold(settings).forgotten == 1  # archived by a run
+    with store.connect(settings.duckdb_path) as con:
+        run_decay(con, datetime(2026, 3, 2))
+        # Decay's retention archived the tea (as it does a daily-log entry past its days).
+        con.execute("UPDATE decay_scores SET score = 0, status = 'archived' WHERE memory_ref = ?", [tea])
+    _publish(settings)
+    assert one.get(f"/v1/beings/ada/memories/{cat}").json()["status"] == "archived"
+    assert one.get(f"/v1/beings/ada/memories/{tea}").json()["status"] == "archived"
+    # Agents never get them back: not the forgotten one, nor the one decay archived.
+    for client in (one, two):
+        assert cat not in _searched(client, "grey cat Pixel") and tea not in _searched(client, "lapsang")
+        assert cat not in _recalled(client, "grey cat from the shelter")
+        assert tea not in _recalled(client, "smoked lapsang souchong tea")
+    for query, ref in (("grey cat Pixel", cat), ("smoked lapsang souchong tea", tea)):
+        found = two.post("/v1/beings/ada/forget", json={"query": query})
+        assert found.status_code == 200, found.text
+        statuses = {c["ref"]: c["status"] for c in found.json()["candidates"] if c["store"] == "memory"}
+        assert statuses == {ref: "archived"}
+        body = {"proposal_id": found.json()["proposal_id"], "refs": [ref], "confirm": True, "permanent": True}
+        assert two.post("/v1/beings/ada/forget", json=body).status_code == 200
+    assert [m.op for m in read_marks(settings.loop, "ada")] == ["forget", "delete", "delete"]
+
+
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     settings, refs, (one, _) = world
     bicycle = refs["b01"]

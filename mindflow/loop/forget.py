@@ -24,7 +24,7 @@ from mindflow.loop.marks import Mark, MarkState, append_marks, new_mark, read_ma
 from mindflow.loop.proposals import Proposal, ProposalStore
 from mindflow.recall import Memory, search_memory
 from mindflow.recall.models import COLUMNS
-from mindflow.recall.primitives import keywords, words_of
+from mindflow.recall.primitives import FORGETTABLE, keywords, words_of
 
 MAX_CANDIDATES = 50
 MIN_SHARE = 0.5  # of the query's words a candidate holds
@@ -162,7 +162,8 @@ def find_candidates(
 
     `fresh` are the matching memories of the caller's fresh tail (the server passes its own).
     Memories already forgotten (soft) are offered again, with status `archived`, so that "no,
-    delete it for good" can confirm them permanently; deleted ones never.
+    delete it for good" can confirm them permanently, before and after a run archived them;
+    so are memories decay's retention archived (their text is still kept); deleted ones never.
     """
     if not (query and query.strip()) and not refs:
         raise MindflowError("say what to forget: a query, refs, or both")
@@ -212,8 +213,11 @@ def find_candidates(
         # Half the words at least: "forget the cello plan" finds "learn the cello this spring",
         # and one shared word in a long request does not sweep in unrelated memories.
         # search_memory matches substrings too (a search tool's choice): counted again here by
-        # whole words of the memory's own text.
-        hits = search_memory(table, being_id, " ".join(terms), mode="or", k=MAX_CANDIDATES)
+        # whole words of the memory's own text. Archived memories too (FORGETTABLE): a run
+        # archives a forgotten one, and "no, delete it for good" must still find it by its words.
+        hits = search_memory(
+            table, being_id, " ".join(terms), mode="or", k=MAX_CANDIDATES, statuses=FORGETTABLE
+        )
         for m in hits:
             share = _share(m.text, terms)
             if share >= MIN_SHARE:
