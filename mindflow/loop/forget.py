@@ -317,7 +317,8 @@ def confirm(
 
     Conflict when it was decided already; MindflowError for a ref that is not one of
     its candidates. The mark is appended under the proposal's lock before it is approved
-    (`ProposalStore.decide`), so the two never disagree for good.
+    (`ProposalStore.decide`), so the two never disagree for good; a soft forget is applied
+    then too, a permanent one when the `forget` job has erased it.
     """
     store = ProposalStore(settings.proposals)
     proposal = store.get(being_id, proposal_id)
@@ -363,6 +364,9 @@ def confirm(
         decided_by,
         payload,
         apply=lambda: append_marks(settings.loop, [mark]),
+        # A soft forget holds once its mark is written (the runs only fold it in); a permanent
+        # one is applied when the `forget` job has erased it (erase.finish).
+        applied=not permanent,
     )
     return ForgetDecision(decided, mark)
 
