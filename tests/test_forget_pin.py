@@ -607,30 +607,36 @@ def test_clients_forget_restore_pin(world):
     asyncio.run(agent())
 
 
-def test_cli_forget_asks_first_and_pin(world):
+def _cli(settings: Settings, *args: str, answer: str = ""):
     import os
     import subprocess
     from pathlib import Path
 
-    settings, refs, (one, _) = world
     exe = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "mindflow"
     env = {**os.environ, "MINDFLOW_HOME": str(settings.home), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [str(exe), *args],
+        env=env,
+        cwd=settings.home,
+        input=answer,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
-    def cli(*args: str, answer: str = "") -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(exe), *args],
-            env=env,
-            cwd=settings.home,
-            input=answer,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
 
+def test_cli_forget_asks_first_and_pin(world):
+    settings, refs, (one, _) = world
+
+    def cli(*args: str, answer: str = ""):
+        return _cli(settings, *args, answer=answer)
+
+    # "n" is the person's decision: recorded as rejected, not an error.
     asked = cli("forget", "--being", "ada", "cello", answer="n\n")
-    assert asked.returncode == 1, asked.stderr
+    assert asked.returncode == 0, asked.stderr
     assert refs["a03"] in asked.stdout and "rejected: nothing changed" in asked.stdout
     assert refs["a03"] in _recalled(one, "learning the cello")
+    assert [p.status for p in ProposalStore(settings.proposals).list("ada")] == ["rejected"]
 
     done = cli("forget", "--being", "ada", "cello", "--yes")
     assert done.returncode == 0, done.stderr
@@ -642,6 +648,22 @@ def test_cli_forget_asks_first_and_pin(world):
     assert {m["memory_ref"]: m["pinned"] for m in tea}[refs["a04"]] is True
     missing = cli("pin", "--being", "ada", "n-nothing")
     assert missing.returncode == 1 and "no memory 'n-nothing'" in missing.stderr
+
+
+def test_cli_forget_with_no_one_to_answer_opens_nothing(world):
+    """stdin closed and no --yes: the question cannot be answered, so nothing is forgotten and
+    no proposal is left pending for `mindflow status` to list with no word on it."""
+    from mindflow.status import proposal_lines
+
+    settings, refs, (one, _) = world
+    unanswered = _cli(settings, "forget", "--being", "ada", "cello")  # stdin at its end at once
+    assert unanswered.returncode == 1
+    assert refs["a03"] in unanswered.stdout  # shown what it would forget
+    assert unanswered.stderr.startswith("error: no answer to confirm with")
+    assert "pass --yes" in unanswered.stderr and "Traceback" not in unanswered.stderr
+    assert ProposalStore(settings.proposals).list("ada") == [] and proposal_lines(settings) == ""
+    assert read_marks(settings.loop, "ada") == []
+    assert refs["a03"] in _recalled(one, "learning the cello")
 
 
 def test_a_forget_instruction_in_a_dropped_file_is_proposed_at_ingestion(world):

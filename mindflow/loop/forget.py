@@ -275,12 +275,15 @@ def propose(
     fresh: Iterable[Memory] = (),
     proposal_id: str | None = None,
     source_episode_id: str | None = None,
+    candidates: Sequence[Candidate] | None = None,
 ) -> Proposal | None:
     """Find the candidates and keep them in a pending `forget` proposal; nothing is changed.
 
-    None when there is no candidate: a proposal without one could never be confirmed, and
-    would wait among the pending ones for good."""
-    candidates = find_candidates(settings, being_id, query, refs, table=table, fresh=fresh)
+    `candidates`: found already (the CLI shows them before it opens anything). None when
+    there is no candidate: a proposal without one could never be confirmed, and would wait
+    among the pending ones for good."""
+    if candidates is None:
+        candidates = find_candidates(settings, being_id, query, refs, table=table, fresh=fresh)
     if not candidates:
         return None
     payload = {
