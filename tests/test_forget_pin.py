@@ -498,6 +498,18 @@ def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     )
     for path in (f"/v1/beings/ada/memories/{bicycle}/pin", f"/v1/beings/ada/memories/{bicycle}/restore"):
         assert one.post(path).status_code == 404
+    # One wording for a memory the being does not have, whichever route names it.
+    answers = [
+        one.get(f"/v1/beings/ada/memories/{bicycle}"),
+        one.get(f"/v1/beings/ada/memories/{bicycle}/history"),
+        one.post(f"/v1/beings/ada/memories/{bicycle}/pin"),
+        one.post(f"/v1/beings/ada/memories/{bicycle}/unpin"),
+        other,
+    ]
+    assert [a.status_code for a in answers] == [404] * 5
+    assert {a.json()["error"] for a in answers} == {
+        f"being 'ada' has no memory '{bicycle}'; list its memories to find a ref"
+    }
     proposal = one.post("/v1/beings/bram/forget", json={"refs": [bicycle]}).json()["proposal_id"]
     stolen = one.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "confirm": True})
     assert stolen.status_code == 404

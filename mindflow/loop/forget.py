@@ -22,6 +22,7 @@ from mindflow.config import Settings
 from mindflow.errors import Conflict, MindflowError, NotFound
 from mindflow.loop.marks import Mark, MarkState, append_marks, new_mark, read_marks, state_of
 from mindflow.loop.proposals import Proposal, ProposalStore
+from mindflow.loop.refs import unknown_memory
 from mindflow.recall import Memory, search_memory
 from mindflow.recall.models import COLUMNS
 from mindflow.recall.primitives import FORGETTABLE, keywords, words_of
@@ -202,7 +203,7 @@ def find_candidates(
             missing = [r for r in missing if r not in known_facts]
         if missing:
             # The same answer for another being's ref as for a ref that never existed.
-            raise NotFound(f"no memory {missing[0]!r} for being {being_id!r}")
+            raise unknown_memory(being_id, missing[0])
         for ref in wanted:
             if ref in by_ref:
                 add(memory(by_ref[ref], "memory"))
@@ -424,7 +425,7 @@ def pin(
     if ref not in set(fresh_refs):
         row = memory_row(settings, being_id, ref, table)
         if row is None or state.is_deleted(ref, row.get("source_episode_ids") or []):
-            raise NotFound(f"no memory {ref!r} for being {being_id!r}")
+            raise unknown_memory(being_id, ref)
         if state.hides(ref, row.get("source_episode_ids") or []):
             raise Conflict(f"{ref} is forgotten; restore it before pinning it")
     mark = new_mark(being_id, "pin" if pinned else "unpin", [ref], actor=actor)
