@@ -117,30 +117,47 @@ def forget(
     ),
     yes: bool = typer.Option(False, "--yes", help="Forget every candidate without asking."),
 ) -> None:
-    """Find what a forget would remove, show it, and forget it once confirmed (or with --yes)."""
+    """Find what a forget would remove, show it, and forget it once confirmed (or with --yes).
+
+    The proposal is opened only once answered, so a question nobody can answer (stdin
+    closed) leaves nothing pending behind; "n" is a decision, recorded as rejected (exit 0)."""
     from mindflow.loop import forget as loop_forget
 
     if not query and not ref:
         _fail(MindflowError("say what to forget: a QUERY, one or more --ref, or both"))
     settings = load_settings()
     try:
-        proposal = loop_forget.propose(settings, being, query, ref, created_by="user")
+        candidates = loop_forget.find_candidates(settings, being, query, ref)
     except MindflowError as exc:
         _fail(exc)
-    if proposal is None:
+    if not candidates:
         typer.echo(f"nothing of {being} matches: nothing to forget")
         raise typer.Exit(code=1)
-    candidates = proposal.payload["candidates"]
-    typer.echo(f"proposal {proposal.proposal_id}: {len(candidates)} candidates")
+    typer.echo(f"{len(candidates)} candidates")
     for c in candidates:
-        status = f" ({c['status']})" if c.get("status") else ""
-        typer.echo(f"  {c['ref']}  [{c['store']}{status}]  {c['text'][:100]}")
+        status = f" ({c.status})" if c.status else ""
+        typer.echo(f"  {c.ref}  [{c.store}{status}]  {c.text[:100]}")
     what = "delete for good" if permanent else "forget (restorable)"
-    if not yes and not typer.confirm(f"{what} all {len(candidates)}?", default=False):
-        loop_forget.reject(settings, being, proposal.proposal_id)
-        typer.echo("rejected: nothing changed")
-        raise typer.Exit(code=1)
+    agreed = True
+    if not yes:
+        try:
+            agreed = typer.confirm(f"{what} all {len(candidates)}?", default=False)
+        except typer.Abort:  # stdin closed (or Ctrl-C): no answer, so no decision
+            typer.echo("")  # end the question's line
+            _fail(
+                MindflowError(
+                    "no answer to confirm with (stdin closed or interrupted): nothing was forgotten "
+                    "and no proposal was opened; answer on a terminal, pass --yes, or find and "
+                    f"confirm through the API (POST /v1/beings/{being}/forget)"
+                )
+            )
     try:
+        proposal = loop_forget.propose(settings, being, query, ref, created_by="user", candidates=candidates)
+        assert proposal is not None  # it has candidates
+        if not agreed:
+            loop_forget.reject(settings, being, proposal.proposal_id)
+            typer.echo(f"rejected: nothing changed (proposal {proposal.proposal_id})")
+            return
         decided = loop_forget.confirm(settings, being, proposal.proposal_id, permanent=permanent)
     except MindflowError as exc:
         _fail(exc)

@@ -25,6 +25,7 @@ from mindflow import lance, memory_history
 from mindflow.errors import MindflowError, NotFound
 from mindflow.inbox import validate_being_id
 from mindflow.loop.marks import Mark, MarkState, targets
+from mindflow.loop.refs import unknown_memory
 
 STATUSES = ("active", "dying", "dormant", "dead", "archived")
 DEFAULT_PAGE = 50
@@ -106,8 +107,7 @@ class MemoryHistory:
 
 
 def _not_found(being_id: str, ref: str) -> NotFound:
-    # The same words whether the ref is unknown or another being's: nothing about it leaks.
-    return NotFound(f"being {being_id!r} has no memory {ref!r}; list its memories to find a ref")
+    return unknown_memory(being_id, ref)
 
 
 def _check_ref(being_id: str, ref: str) -> str:

@@ -566,6 +566,36 @@ def test_history_tells_recalls_and_marks_in_the_order_they_happened(world, embed
     assert [e["ts"] for e in entries] == sorted(e["ts"] for e in entries)
 
 
+def test_a_forget_by_query_finds_archived_memories_again_and_agents_still_do_not(world):
+    """A forgotten memory a run archived, and one decay archived, are found by their words and
+    deleted for good; recall and search_memory still leave both out."""
+    settings, refs, (one, two) = world
+    cat, tea = refs["a02"], refs["a04"]
+    proposal = one.post("/v1/beings/ada/forget", json={"query": "grey cat Pixel"}).json()["proposal_id"]
+    one.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "refs": [cat], "confirm": True})
+    assert _fold(settings).forgotten == 1  # archived by a run
+    with store.connect(settings.duckdb_path) as con:
+        run_decay(con, datetime(2026, 3, 2))
+        # Decay's retention archived the tea (as it does a daily-log entry past its days).
+        con.execute("UPDATE decay_scores SET score = 0, status = 'archived' WHERE memory_ref = ?", [tea])
+    _publish(settings)
+    assert one.get(f"/v1/beings/ada/memories/{cat}").json()["status"] == "archived"
+    assert one.get(f"/v1/beings/ada/memories/{tea}").json()["status"] == "archived"
+    # Agents never get them back: not the forgotten one, nor the one decay archived.
+    for client in (one, two):
+        assert cat not in _searched(client, "grey cat Pixel") and tea not in _searched(client, "lapsang")
+        assert cat not in _recalled(client, "grey cat from the shelter")
+        assert tea not in _recalled(client, "smoked lapsang souchong tea")
+    for query, ref in (("grey cat Pixel", cat), ("smoked lapsang souchong tea", tea)):
+        found = two.post("/v1/beings/ada/forget", json={"query": query})
+        assert found.status_code == 200, found.text
+        statuses = {c["ref"]: c["status"] for c in found.json()["candidates"] if c["store"] == "memory"}
+        assert statuses == {ref: "archived"}
+        body = {"proposal_id": found.json()["proposal_id"], "refs": [ref], "confirm": True, "permanent": True}
+        assert two.post("/v1/beings/ada/forget", json=body).status_code == 200
+    assert [m.op for m in read_marks(settings.loop, "ada")] == ["forget", "delete", "delete"]
+
+
 def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     settings, refs, (one, _) = world
     bicycle = refs["b01"]
@@ -577,6 +607,18 @@ def test_unknown_and_other_beings_refs_are_404_and_reveal_nothing(world):
     )
     for path in (f"/v1/beings/ada/memories/{bicycle}/pin", f"/v1/beings/ada/memories/{bicycle}/restore"):
         assert one.post(path).status_code == 404
+    # One wording for a memory the being does not have, whichever route names it.
+    answers = [
+        one.get(f"/v1/beings/ada/memories/{bicycle}"),
+        one.get(f"/v1/beings/ada/memories/{bicycle}/history"),
+        one.post(f"/v1/beings/ada/memories/{bicycle}/pin"),
+        one.post(f"/v1/beings/ada/memories/{bicycle}/unpin"),
+        other,
+    ]
+    assert [a.status_code for a in answers] == [404] * 5
+    assert {a.json()["error"] for a in answers} == {
+        f"being 'ada' has no memory '{bicycle}'; list its memories to find a ref"
+    }
     proposal = one.post("/v1/beings/bram/forget", json={"refs": [bicycle]}).json()["proposal_id"]
     stolen = one.post("/v1/beings/ada/forget", json={"proposal_id": proposal, "confirm": True})
     assert stolen.status_code == 404
@@ -686,30 +728,36 @@ def test_clients_forget_restore_pin(world):
     asyncio.run(agent())
 
 
-def test_cli_forget_asks_first_and_pin(world):
+def _cli(settings: Settings, *args: str, answer: str = ""):
     import os
     import subprocess
     from pathlib import Path
 
-    settings, refs, (one, _) = world
     exe = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "mindflow"
     env = {**os.environ, "MINDFLOW_HOME": str(settings.home), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [str(exe), *args],
+        env=env,
+        cwd=settings.home,
+        input=answer,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
-    def cli(*args: str, answer: str = "") -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(exe), *args],
-            env=env,
-            cwd=settings.home,
-            input=answer,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
 
+def test_cli_forget_asks_first_and_pin(world):
+    settings, refs, (one, _) = world
+
+    def cli(*args: str, answer: str = ""):
+        return _cli(settings, *args, answer=answer)
+
+    # "n" is the person's decision: recorded as rejected, not an error.
     asked = cli("forget", "--being", "ada", "cello", answer="n\n")
-    assert asked.returncode == 1, asked.stderr
+    assert asked.returncode == 0, asked.stderr
     assert refs["a03"] in asked.stdout and "rejected: nothing changed" in asked.stdout
     assert refs["a03"] in _recalled(one, "learning the cello")
+    assert [p.status for p in ProposalStore(settings.proposals).list("ada")] == ["rejected"]
 
     done = cli("forget", "--being", "ada", "cello", "--yes")
     assert done.returncode == 0, done.stderr
@@ -721,6 +769,22 @@ def test_cli_forget_asks_first_and_pin(world):
     assert {m["memory_ref"]: m["pinned"] for m in tea}[refs["a04"]] is True
     missing = cli("pin", "--being", "ada", "n-nothing")
     assert missing.returncode == 1 and "no memory 'n-nothing'" in missing.stderr
+
+
+def test_cli_forget_with_no_one_to_answer_opens_nothing(world):
+    """stdin closed and no --yes: the question cannot be answered, so nothing is forgotten and
+    no proposal is left pending for `mindflow status` to list with no word on it."""
+    from mindflow.status import proposal_lines
+
+    settings, refs, (one, _) = world
+    unanswered = _cli(settings, "forget", "--being", "ada", "cello")  # stdin at its end at once
+    assert unanswered.returncode == 1
+    assert refs["a03"] in unanswered.stdout  # shown what it would forget
+    assert unanswered.stderr.startswith("error: no answer to confirm with")
+    assert "pass --yes" in unanswered.stderr and "Traceback" not in unanswered.stderr
+    assert ProposalStore(settings.proposals).list("ada") == [] and proposal_lines(settings) == ""
+    assert read_marks(settings.loop, "ada") == []
+    assert refs["a03"] in _recalled(one, "learning the cello")
 
 
 def test_a_forget_instruction_in_a_dropped_file_is_proposed_at_ingestion(world):

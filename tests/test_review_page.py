@@ -162,11 +162,62 @@ def test_forged_and_foreign_posts_decide_nothing(served, client):
     merged = store.list(BEING, kind="merge")[0]
     assert merged.decided_by == "review" and merged.payload["approval"] == "partial"
     page = client.get(done.headers["location"], headers={"Cookie": cookie}).text
-    assert "2 decision(s) recorded" in page and "waiting for the approvals run" in page
+    assert "2 decision(s) recorded" in page and "not yet: the approvals run applies it" in page
 
     out = client.post("/review/logout", data={"csrf": csrf}, headers={"Cookie": cookie})
     assert out.status_code == 303
     assert client.get(f"/review?being={BEING}", headers={"Cookie": cookie}).text.count('name="token"') == 1
+
+
+def test_a_soft_forget_reads_applied_at_its_confirm_and_a_permanent_one_waits_for_the_forget_run(
+    served, client
+):
+    """A soft forget holds once confirmed (its mark), so the proposal is applied then, whether
+    confirmed through the API or on the page; a permanent one is applied by the forget run."""
+    from mindflow.status import proposal_lines
+
+    settings, server, _ = served
+    api = {"Authorization": f"Bearer {TOKEN}"}
+    said = [
+        ("2026-02-25T09:00:00Z", "The spare key is under the blue pot."),
+        ("2026-02-25T09:05:00Z", "My locker code at the gym is 4471."),
+        ("2026-02-25T09:10:00Z", "The bike lock opens with 1234."),
+    ]
+    posted = client.post(
+        f"/v1/beings/{BEING}/episodes",
+        json={"episodes": [{"ts": ts, "speaker": "Lena", "text": text} for ts, text in said]},
+        headers=api,
+    )
+    assert posted.status_code == 200, posted.text
+
+    def found(query: str) -> str:
+        response = client.post(f"/v1/beings/{BEING}/forget", json={"query": query}, headers=api)
+        assert response.status_code == 200 and response.json()["candidates"], response.text
+        return response.json()["proposal_id"]
+
+    soft, permanent, on_page = found("spare key blue pot"), found("gym locker code"), found("bike lock")
+    for proposal_id, forever in ((soft, False), (permanent, True)):
+        body = {"proposal_id": proposal_id, "confirm": True, "permanent": forever}
+        assert client.post(f"/v1/beings/{BEING}/forget", json=body, headers=api).status_code == 200
+    cookie, csrf = _login(client)
+    done = client.post(
+        "/review/decide",
+        data={"being": BEING, "csrf": csrf, f"d:{on_page}": "approve"},
+        headers={"Cookie": cookie, "Origin": server.url},
+    )
+    assert done.status_code == 303, done.text
+
+    listed = client.get(f"/v1/beings/{BEING}/proposals", params={"kind": "forget"}, headers=api).json()
+    applied = {p["proposal_id"]: (p["status"], p["applied_at"] is not None) for p in listed["proposals"]}
+    assert applied == {soft: ("approved", True), permanent: ("approved", False), on_page: ("approved", True)}
+    page = client.get(done.headers["location"], headers={"Cookie": cookie}).text
+    rows = dict(re.findall(r'<tr data-proposal="(p-[0-9a-f]+)">(.*?)</tr>', page, re.S))
+    for proposal_id in (soft, on_page):
+        assert re.search(r"<td>applied \d{4}-\d\d-\d\d \d\d:\d\d UTC</td>$", rows[proposal_id])
+    assert rows[permanent].endswith("<td>not yet: the forget run erases it</td>")
+    assert "approvals run" not in "".join(rows[p] for p in (soft, permanent, on_page))
+    # `mindflow status` counts only what waits for a decision: no forget is left there.
+    assert "forget" not in proposal_lines(settings)
 
 
 def test_an_edit_is_taken_and_a_bad_one_loses_nothing(served, client):

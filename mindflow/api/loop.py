@@ -87,8 +87,8 @@ def loop_router(responses: dict, body: dict) -> APIRouter:
     def forget_route(being_id: Being, ask: models.ForgetRequest, request: Request) -> models.ForgetResponse:
         """Forget in two steps, as the Moltbot design asks.
 
-        1. `{"query": ...}` and/or `{"refs": [...]}`: finds every candidate (memories, dormant
-           and dead ones included, facts, relations, the MEMORY.md lines and STORY.md chapters
+        1. `{"query": ...}` and/or `{"refs": [...]}`: finds every candidate (memories, dormant,
+           dead and archived ones included, facts, relations, the MEMORY.md lines and STORY.md chapters
            citing them) and returns them in a pending proposal. Nothing changes. Nothing found:
            no proposal is opened (`proposal_id` and `status` null, `candidates` empty).
         2. `{"proposal_id": ..., "refs": [...], "confirm": true}`: forgets those candidates (all

@@ -437,7 +437,9 @@ class ProposalOut(BaseModel):
     decided_by: str | None = None
     decided_at: UtcOut | None = None
     applied_at: UtcOut | None = Field(
-        default=None, description="When a run carried it out (permanent forgets)."
+        default=None,
+        description="When it took effect: at its confirm for a soft forget, when the forget run erased "
+        "it for a permanent forget, when the approvals run applied it for the rest.",
     )
     tag: str | None = Field(
         default=None,

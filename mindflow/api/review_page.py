@@ -290,19 +290,28 @@ def _when(value: datetime | None) -> str:
     return f"{value:%Y-%m-%d %H:%M} UTC" if value is not None else ""
 
 
+def _applied(proposal: Proposal) -> str:
+    """Whether the decision took effect yet, and which run carries it out if not."""
+    if proposal.applied_at is not None:
+        return f"applied {_when(proposal.applied_at)}"
+    if proposal.status != "approved":
+        return "-"
+    if proposal.kind == "forget":
+        # A soft forget is applied at its confirm; one decided before that was recorded still
+        # took effect then (its mark).
+        if not proposal.payload.get("permanent"):
+            return f"applied {_when(proposal.decided_at)}"
+        return "not yet: the forget run erases it"
+    return "not yet: the approvals run applies it"
+
+
 def _recent_table(decided: list[Proposal]) -> str:
     if not decided:
         return "<p>Nothing decided yet.</p>"
     rows = []
     for proposal in decided:
         item = describe(proposal)
-        applied = (
-            f"applied {_when(proposal.applied_at)}"
-            if proposal.applied_at is not None
-            else "waiting for the approvals run"
-            if proposal.status == "approved"
-            else "-"
-        )
+        applied = _applied(proposal)
         rows.append(
             f'<tr data-proposal="{esc(proposal.proposal_id)}"><td><span class="tag">[{esc(item.tag)}]</span> '
             f'{esc(item.title)}<div class="id">{esc(proposal.proposal_id)}</div></td>'

@@ -24,9 +24,10 @@ from mindflow.inbox import text_sha256
 from mindflow.loop.deleted_texts import HASHED, record_hashes
 from mindflow.loop.marks import Mark, MarkState, append_marks, new_mark, read_marks, state_of
 from mindflow.loop.proposals import Proposal, ProposalStore
+from mindflow.loop.refs import unknown_memory
 from mindflow.recall import Memory, search_memory
 from mindflow.recall.models import COLUMNS
-from mindflow.recall.primitives import keywords, words_of
+from mindflow.recall.primitives import FORGETTABLE, keywords, words_of
 
 MAX_CANDIDATES = 50
 MIN_SHARE = 0.5  # of the query's words a candidate holds
@@ -164,7 +165,8 @@ def find_candidates(
 
     `fresh` are the matching memories of the caller's fresh tail (the server passes its own).
     Memories already forgotten (soft) are offered again, with status `archived`, so that "no,
-    delete it for good" can confirm them permanently; deleted ones never.
+    delete it for good" can confirm them permanently, before and after a run archived them;
+    so are memories decay's retention archived (their text is still kept); deleted ones never.
     """
     if not (query and query.strip()) and not refs:
         raise MindflowError("say what to forget: a query, refs, or both")
@@ -203,7 +205,7 @@ def find_candidates(
             missing = [r for r in missing if r not in known_facts]
         if missing:
             # The same answer for another being's ref as for a ref that never existed.
-            raise NotFound(f"no memory {missing[0]!r} for being {being_id!r}")
+            raise unknown_memory(being_id, missing[0])
         for ref in wanted:
             if ref in by_ref:
                 add(memory(by_ref[ref], "memory"))
@@ -214,8 +216,11 @@ def find_candidates(
         # Half the words at least: "forget the cello plan" finds "learn the cello this spring",
         # and one shared word in a long request does not sweep in unrelated memories.
         # search_memory matches substrings too (a search tool's choice): counted again here by
-        # whole words of the memory's own text.
-        hits = search_memory(table, being_id, " ".join(terms), mode="or", k=MAX_CANDIDATES)
+        # whole words of the memory's own text. Archived memories too (FORGETTABLE): a run
+        # archives a forgotten one, and "no, delete it for good" must still find it by its words.
+        hits = search_memory(
+            table, being_id, " ".join(terms), mode="or", k=MAX_CANDIDATES, statuses=FORGETTABLE
+        )
         for m in hits:
             share = _share(m.text, terms)
             if share >= MIN_SHARE:
@@ -273,12 +278,15 @@ def propose(
     fresh: Iterable[Memory] = (),
     proposal_id: str | None = None,
     source_episode_id: str | None = None,
+    candidates: Sequence[Candidate] | None = None,
 ) -> Proposal | None:
     """Find the candidates and keep them in a pending `forget` proposal; nothing is changed.
 
-    None when there is no candidate: a proposal without one could never be confirmed, and
-    would wait among the pending ones for good."""
-    candidates = find_candidates(settings, being_id, query, refs, table=table, fresh=fresh)
+    `candidates`: found already (the CLI shows them before it opens anything). None when
+    there is no candidate: a proposal without one could never be confirmed, and would wait
+    among the pending ones for good."""
+    if candidates is None:
+        candidates = find_candidates(settings, being_id, query, refs, table=table, fresh=fresh)
     if not candidates:
         return None
     payload = {
@@ -315,7 +323,8 @@ def confirm(
 
     Conflict when it was decided already; MindflowError for a ref that is not one of
     its candidates. The mark is appended under the proposal's lock before it is approved
-    (`ProposalStore.decide`), so the two never disagree for good.
+    (`ProposalStore.decide`), so the two never disagree for good; a soft forget is applied
+    then too, a permanent one when the `forget` job has erased it.
     """
     store = ProposalStore(settings.proposals)
     proposal = store.get(being_id, proposal_id)
@@ -363,7 +372,17 @@ def confirm(
         if hashes:
             record_hashes(settings.loop, being_id, hashes, [proposal_id])
 
-    decided = store.decide(being_id, proposal_id, "approved", decided_by, payload, apply=apply)
+    decided = store.decide(
+        being_id,
+        proposal_id,
+        "approved",
+        decided_by,
+        payload,
+        apply=apply,
+        # A soft forget holds once its mark is written (the runs only fold it in); a permanent
+        # one is applied when the `forget` job has erased it (erase.finish).
+        applied=not permanent,
+    )
     return ForgetDecision(decided, mark)
 
 
@@ -429,7 +448,7 @@ def pin(
     if ref not in set(fresh_refs):
         row = memory_row(settings, being_id, ref, table)
         if row is None or state.is_deleted(ref, row.get("source_episode_ids") or []):
-            raise NotFound(f"no memory {ref!r} for being {being_id!r}")
+            raise unknown_memory(being_id, ref)
         if state.hides(ref, row.get("source_episode_ids") or []):
             raise Conflict(f"{ref} is forgotten; restore it before pinning it")
     mark = new_mark(being_id, "pin" if pinned else "unpin", [ref], actor=actor)

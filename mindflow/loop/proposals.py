@@ -46,7 +46,9 @@ class Proposal:
     created_by: str = "user"
     decided_by: str | None = None
     decided_at: datetime | None = None
-    applied_at: datetime | None = None  # when a run carried the decision out (e.g. a permanent forget)
+    # When the decision took effect: at confirm for a soft forget (its mark holds on every
+    # server at once), when a run carried it out for the rest (the `forget` run, `approvals`).
+    applied_at: datetime | None = None
     run_id: str | None = None
 
     def to_json(self) -> bytes:
@@ -153,12 +155,15 @@ class ProposalStore:
         decided_by: str,
         payload: dict[str, Any] | None = None,
         apply: Callable[[], None] | None = None,
+        applied: bool = False,
     ) -> Proposal:
         """Approve, reject or defer an open proposal; Conflict if it was approved or rejected already.
 
         `apply` carries the decision out under the lock, after the check and before the new
         status is written: two confirms cannot both apply, and a crash in between leaves the
         proposal open, so confirming it again finishes the job (applying twice is harmless).
+        `applied`: what `apply` did is the whole effect, so the proposal is applied as it is
+        decided (no run has anything left to carry out).
         """
         if status not in STATUSES or status == "pending":
             raise MindflowError(f"a decision is one of approved, rejected, deferred; not {status!r}")
@@ -170,11 +175,13 @@ class ProposalStore:
                     f"by {current.decided_by or 'someone'} at {current.decided_at:%Y-%m-%dT%H:%M:%SZ}; "
                     "make a new one to change it"
                 )
+            now = utcnow()
             decided = replace(
                 current,
                 status=status,
                 decided_by=decided_by,
-                decided_at=utcnow(),
+                decided_at=now,
+                applied_at=now if applied else current.applied_at,
                 payload=current.payload if payload is None else payload,
             )
             if apply is not None:

@@ -22,6 +22,10 @@ from mindflow.vectors import to_matrix
 # reach dormant and dead ones, as in the seed.
 RECALLABLE = ("active", "dying")
 SEARCHABLE = ("active", "dying", "dormant", "dead")
+# A forget by query also offers archived memories: forgotten ones, so that "no, delete it
+# for good" can confirm them permanently, and ones decay's retention archived, whose text is
+# still kept everywhere a permanent forget erases. No agent-facing read uses it.
+FORGETTABLE = (*SEARCHABLE, "archived")
 MAX_QUERY_TERMS = 32
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 # Words the full-text parser may read as operators.

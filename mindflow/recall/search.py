@@ -417,15 +417,23 @@ SEARCHED_COLUMNS = (
 
 
 def search_memory(
-    table, being_id: str, query: str, *, mode: str = "or", k: int = 10, fresh: Iterable[Memory] = ()
+    table,
+    being_id: str,
+    query: str,
+    *,
+    mode: str = "or",
+    k: int = 10,
+    fresh: Iterable[Memory] = (),
+    statuses: tuple[str, ...] = SEARCHABLE,
 ) -> list[Memory]:
     """Keyword search over action, feeling, themes and the `when` history; dormant memories included.
 
     `fresh` are the being's fresh-tail memories, matched the same way (a published memory
-    with the same ref stands for its fresh one)."""
+    with the same ref stands for its fresh one). `statuses` widens it for a forget's find
+    (`primitives.FORGETTABLE`); every agent-facing search keeps the default."""
     if mode not in ("or", "and"):
         raise ValueError("mode must be 'or' or 'and'")
-    where = primitives.memory_filter(being_id, statuses=SEARCHABLE)
+    where = primitives.memory_filter(being_id, statuses=statuses)
     words = primitives.keywords(query)
     fresh = list(fresh)
     if not words or k <= 0:
