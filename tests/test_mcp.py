@@ -107,6 +107,9 @@ async def exercise_every_tool(client: Client, being: dict, remembered: str, forg
             assert "being" in tool.input_schema["properties"], tool.name
     by_name = {t.name: t for t in listed}
     assert by_name["recall"].input_schema["required"] == ["query"]
+    for name in ("recall", "resonance", "remember"):  # one word for the session, as in episodes
+        assert "session_id" in by_name[name].input_schema["properties"], name
+        assert "session" not in by_name[name].input_schema["properties"], name
     assert by_name["forget"].input_schema["properties"]["confirm"]
 
     found = structured(await client.call_tool("recall", {**being, "query": "flaky login test", "k": 3}))

@@ -102,7 +102,7 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         query: Query,
         being: Being = None,
         k: Annotated[int, Field(ge=1, le=models.MAX_K, description="How many memories.")] = 5,
-        session: Annotated[
+        session_id: Annotated[
             str | None, Field(description="The current session id: its own turns are left out.")
         ] = None,
         mode: Annotated[
@@ -114,7 +114,7 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
 
         Use it before answering anything that may depend on the past: people, decisions,
         preferences, earlier events. Each memory has a `memory_ref` usable with pin and forget."""
-        return await tools.call(ctx, "recall", tools.being(being), query, k, session=session, mode=mode)
+        return await tools.call(ctx, "recall", tools.being(being), query, k, session_id=session_id, mode=mode)
 
     @server.tool()
     async def resonance(
@@ -124,11 +124,13 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         recent: Annotated[
             list[str] | None, Field(description="The last few messages of the conversation, oldest first.")
         ] = None,
-        session: Annotated[str | None, Field(description="The current session id.")] = None,
+        session_id: Annotated[str | None, Field(description="The current session id.")] = None,
     ) -> models.ResonanceResponse:
         """The [SUBCONSCIOUS RESONANCE] block for a message: up to 5 memories and facts with
         relative times ("a few days ago"), ready to put in front of the model as context."""
-        return await tools.call(ctx, "resonance", tools.being(being), query, recent=recent, session=session)
+        return await tools.call(
+            ctx, "resonance", tools.being(being), query, recent=recent, session_id=session_id
+        )
 
     @server.tool()
     async def search_memory(

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -149,7 +150,13 @@ class MemoryOut(BaseModel):
     parts: dict[str, float] = Field(default={}, description="The factors of `score`.")
 
 
+# `session` was the name of `session_id` in recall and resonance; still accepted there, deprecated.
+_SESSION_ALIASES = AliasChoices("session_id", "session")
+
+
 class RecallRequest(_Horizon):
+    """A recall. `session`, the old name of `session_id`, is still accepted (deprecated)."""
+
     query: str = Field(min_length=1, description="What to remember; plain words work best.")
     k: Count = Field(default=5, ge=1, le=MAX_K)
     exclude_refs: list[Ref] = Field(
@@ -163,11 +170,13 @@ class RecallRequest(_Horizon):
         description="Only memories up to this moment (ISO 8601; UTC unless an offset; a date alone: "
         "through its end).",
     )
-    session: str | None = Field(
+    session_id: str | None = Field(
         default=None,
         min_length=1,
         max_length=200,
-        description="Echo filter: memories shown to this session in its last 25 recalls are left out.",
+        validation_alias=_SESSION_ALIASES,
+        description="The current session, as episodes name it (the echo filter): memories shown to "
+        "this session in its last 25 recalls or resonances are left out.",
     )
     mode: Literal["list", "fragments"] = Field(
         default="list",
@@ -184,12 +193,21 @@ class RecallResponse(BaseModel):
 
 
 class ResonanceRequest(_Horizon):
+    """A resonance. `session`, the old name of `session_id`, is still accepted (deprecated)."""
+
     query: str = Field(min_length=1)
     k: Count = Field(default=MAX_RESONANCE, ge=1, le=MAX_RESONANCE)
     exclude_refs: list[Ref] = Field(default=[], max_length=5_000)
     since: UtcDatetime | None = None
     until: UtcUntil | None = None
-    session: str | None = Field(default=None, min_length=1, max_length=200)
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        validation_alias=_SESSION_ALIASES,
+        description="The current session, as episodes name it (the echo filter): memories and facts "
+        "shown to this session in its last 25 recalls or resonances are left out.",
+    )
     now: UtcDatetime | None = Field(
         default=None, description="The moment relative times are computed against (default: now)."
     )
