@@ -34,7 +34,8 @@ from mindflow.rag.index import reindex as reindex_ebooks
 TOKEN_ADA = "mcp-token-ada"
 TOKEN_ALL = "mcp-token-all"
 TOOLS = {
-    "recall", "resonance", "search_memory", "recall_memory", "facts", "story", "remember", "forget", "pin",
+    "recall", "resonance", "search_memory", "recall_memory", "facts", "story", "remember", "forget", "restore",
+    "pin",
     "get_context", "journal_memory_search", "journal_memory_get", "search_ebooks", "propose", "proposals",
     "decide", "procedures", "add_procedure",
 }  # fmt: skip
@@ -160,6 +161,13 @@ async def exercise_every_tool(client: Client, being: dict, remembered: str, forg
     assert "step 2 needs `confirm`" in error_text(
         await client.call_tool("forget", {**being, "proposal_id": proposal["proposal_id"]})
     )
+    # A soft forget made here is undone here, as `POST memories/{ref}/restore` does.
+    restored = structured(await client.call_tool("restore", {**being, "ref": target["ref"]}))
+    assert restored == {"being_id": "ada", "ref": target["ref"], "restored": True}
+    again = structured(await client.call_tool("recall", {**being, "query": forget_words, "k": 10}))
+    assert target["ref"] in [m["memory_ref"] for m in again["memories"]]
+    nothing_forgot_it = error_text(await client.call_tool("restore", {**being, "ref": target["ref"]}))
+    assert "404" in nothing_forgot_it and "no forgotten memory" in nothing_forgot_it
 
     # A proposal through the tools is the MCP caller's, not a sub-agent called "agent".
     proposed = structured(

@@ -42,7 +42,8 @@ At the start of a conversation call get_context and tell the user about any aler
 answering, recall (or resonance for a ready-to-inject block) what is relevant. Call remember
 when the user asks you to remember something, or for a fact worth keeping. forget works in two
 steps: call it with a query to see what would be forgotten, show the user, then call it again
-with the proposal_id and confirm=true only after the user agrees.
+with the proposal_id and confirm=true only after the user agrees; restore undoes it unless it
+was permanent.
 A sub-agent (a token with the role subagent:<name>) cannot remember directly: it calls propose,
 and the main agent or the user approves, rejects or defers with proposals and decide. Before a
 recurring task, look for a learned procedure with procedures; add_procedure records a new one."""
@@ -222,8 +223,9 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         """Forget, in two steps. 1: call with `query` (and/or `refs`): nothing changes; you get a
         pending proposal with every candidate (memories, facts, MEMORY.md lines, STORY.md chapters).
         Show them to the user. 2: only when the user agrees, call with `proposal_id` and
-        `confirm: true`: they are gone from recall at once. Nothing found: `candidates` is empty,
-        `proposal_id` null, and there is nothing to confirm."""
+        `confirm: true`: they are gone from recall at once (restore brings one back, unless
+        `permanent`). Nothing found: `candidates` is empty, `proposal_id` null, and there is
+        nothing to confirm."""
         being_id = tools.being(being)
         if proposal_id is None:
             if confirm is not None or permanent:
@@ -236,6 +238,18 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         if confirm:
             return await tools.call(ctx, "confirm_forget", being_id, proposal_id, refs, permanent=permanent)
         return await tools.call(ctx, "reject_forget", being_id, proposal_id)
+
+    @server.tool()
+    async def restore(
+        ctx: Context,
+        ref: Annotated[
+            models.Ref, Field(description="The `ref` of a memory or fact a confirmed forget hid.")
+        ],
+        being: Being = None,
+    ) -> models.RestoreResponse:
+        """Undo a forget that was not permanent: the memory (or fact) is recallable again at once.
+        A tool error says 409 once it was deleted for good, 404 when nothing forgot it."""
+        return await tools.call(ctx, "restore", tools.being(being), ref)
 
     @server.tool()
     async def pin(
