@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import ssl
+import warnings
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -117,6 +118,16 @@ def _tls() -> ssl.SSLContext:
 def _recall_body(query: str, k: int, **fields: Any) -> dict[str, Any]:
     body = {"query": query, "k": k, **{name: v for name, v in fields.items() if v is not None}}
     return to_jsonable_python(body)
+
+
+def _session_id(session_id: str | None, session: str | None) -> str | None:
+    """`session`, the old name of `session_id` in recall and resonance, still works (deprecated)."""
+    if session is None:
+        return session_id
+    warnings.warn("`session` is deprecated: pass `session_id`", DeprecationWarning, stacklevel=3)
+    if session_id not in (None, session):
+        raise TypeError("give session_id, or session (its deprecated name), not both")
+    return session
 
 
 def _forget_body(**fields: Any) -> dict[str, Any]:
@@ -283,8 +294,9 @@ class MindflowClient(_Base):
         exclude_refs: Iterable[str] | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
-        session: str | None = None,
+        session_id: str | None = None,
         mode: Literal["list", "fragments"] = "list",
+        session: str | None = None,
     ) -> RecallResponse:
         body = _recall_body(
             query,
@@ -292,7 +304,7 @@ class MindflowClient(_Base):
             exclude_refs=list(exclude_refs or []),
             since=since,
             until=until,
-            session=session,
+            session_id=_session_id(session_id, session),
             mode=mode,
         )
         return self._typed(RecallResponse, "POST", self._being(being, "recall"), json=body)
@@ -307,8 +319,9 @@ class MindflowClient(_Base):
         exclude_refs: Iterable[str] | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
-        session: str | None = None,
+        session_id: str | None = None,
         recent: Iterable[str] | None = None,
+        session: str | None = None,
     ) -> ResonanceResponse:
         body = _recall_body(
             query,
@@ -317,7 +330,7 @@ class MindflowClient(_Base):
             exclude_refs=list(exclude_refs or []),
             since=since,
             until=until,
-            session=session,
+            session_id=_session_id(session_id, session),
             recent=list(recent) if recent is not None else None,
         )
         return self._typed(ResonanceResponse, "POST", self._being(being, "resonance"), json=body)
@@ -584,8 +597,9 @@ class AsyncMindflowClient(_Base):
         exclude_refs: Iterable[str] | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
-        session: str | None = None,
+        session_id: str | None = None,
         mode: Literal["list", "fragments"] = "list",
+        session: str | None = None,
     ) -> RecallResponse:
         body = _recall_body(
             query,
@@ -593,7 +607,7 @@ class AsyncMindflowClient(_Base):
             exclude_refs=list(exclude_refs or []),
             since=since,
             until=until,
-            session=session,
+            session_id=_session_id(session_id, session),
             mode=mode,
         )
         return await self._typed(RecallResponse, "POST", self._being(being, "recall"), json=body)
@@ -608,8 +622,9 @@ class AsyncMindflowClient(_Base):
         exclude_refs: Iterable[str] | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
-        session: str | None = None,
+        session_id: str | None = None,
         recent: Iterable[str] | None = None,
+        session: str | None = None,
     ) -> ResonanceResponse:
         body = _recall_body(
             query,
@@ -618,7 +633,7 @@ class AsyncMindflowClient(_Base):
             exclude_refs=list(exclude_refs or []),
             since=since,
             until=until,
-            session=session,
+            session_id=_session_id(session_id, session),
             recent=list(recent) if recent is not None else None,
         )
         return await self._typed(ResonanceResponse, "POST", self._being(being, "resonance"), json=body)

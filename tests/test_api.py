@@ -299,20 +299,45 @@ def test_horizon_filters(http, world):
 
 def test_echo_filter_skips_what_a_session_was_shown(http, world):
     query = "Lena at work"
-    first = {m["memory_ref"] for m in recall(http, "ada", query, k=3, session="echo-1")["memories"]}
-    second = {m["memory_ref"] for m in recall(http, "ada", query, k=3, session="echo-1")["memories"]}
+    first = {m["memory_ref"] for m in recall(http, "ada", query, k=3, session_id="echo-1")["memories"]}
+    second = {m["memory_ref"] for m in recall(http, "ada", query, k=3, session_id="echo-1")["memories"]}
     assert len(first) == 3 and second and not first & second
     # Another session, or none, is not affected.
-    assert {m["memory_ref"] for m in recall(http, "ada", query, k=3, session="echo-2")["memories"]} == first
+    assert {
+        m["memory_ref"] for m in recall(http, "ada", query, k=3, session_id="echo-2")["memories"]
+    } == first
     assert {m["memory_ref"] for m in recall(http, "ada", query, k=3)["memories"]} == first
     # The same session name of another being is another session.
-    assert recall(http, "bram", "Tomas", k=3, session="echo-1")["memories"]
+    assert recall(http, "bram", "Tomas", k=3, session_id="echo-1")["memories"]
     # After 25 more recalls (that found nothing), the first ones may be shown again.
     for _ in range(25):
         assert (
-            recall(http, "ada", "quantum chromodynamics of neutron stars", session="echo-1")["memories"] == []
+            recall(http, "ada", "quantum chromodynamics of neutron stars", session_id="echo-1")["memories"]
+            == []
         )
-    assert {m["memory_ref"] for m in recall(http, "ada", query, k=3, session="echo-1")["memories"]} == first
+    assert {
+        m["memory_ref"] for m in recall(http, "ada", query, k=3, session_id="echo-1")["memories"]
+    } == first
+
+
+def test_the_session_is_session_id_as_in_episodes_and_session_its_deprecated_name(http, world):
+    """One word for the session: `session_id` in recall and resonance bodies, as in episodes and
+    the MCP tools. `session`, its old name here, still works for callers already using it."""
+    query = "Lena at work"
+    spec = http.get("/openapi.json").json()["components"]["schemas"]
+    for model in ("RecallRequest", "ResonanceRequest", "EpisodeIn"):
+        assert "session_id" in spec[model]["properties"] and "session" not in spec[model]["properties"]
+    first = {m["memory_ref"] for m in recall(http, "ada", query, k=3, session_id="one-word")["memories"]}
+    # The old name reaches the same session: what it was shown is not shown again.
+    second = {m["memory_ref"] for m in recall(http, "ada", query, k=3, session="one-word")["memories"]}
+    assert len(first) == 3 and second and not first & second
+    shown = first | second
+    for name in ("session_id", "session"):
+        answer = http.post("/v1/beings/ada/resonance", json={"query": query, name: "one-word"})
+        assert answer.status_code == 200, answer.text
+        assert not {i["memory"]["memory_ref"] for i in answer.json()["items"] if i["memory"]} & shown
+    both = http.post("/v1/beings/ada/recall", json={"query": query, "session_id": "a", "session": "b"})
+    assert both.status_code == 422 and "session" in both.text
 
 
 def test_fragments_mode_is_the_blur_alone(http, world):

@@ -66,7 +66,9 @@ def test_typed_results_for_every_call(server, settings):
         assert isinstance(found, RecallResponse)
         top = found.memories[0]
         assert top.source_episode_ids == ["a1"] and top.ts == datetime(2026, 3, 2, 9, 0) and top.score > 0
-        fragments = memory.recall("ada", "reports", k=2, mode="fragments", session="s", exclude_refs=["nope"])
+        fragments = memory.recall(
+            "ada", "reports", k=2, mode="fragments", session_id="s", exclude_refs=["nope"]
+        )
         assert fragments.memories == [] and fragments.fragments.startswith("<fragments>")
         assert top.text in fragments.fragments.removeprefix("<fragments>").removesuffix("</fragments>").split(
             " / "
@@ -100,6 +102,23 @@ def test_typed_results_for_every_call(server, settings):
             ],
         )
         assert added.ids[0] == "x1" and added.ids[1].startswith("h-") and added.file.startswith("api-")
+
+
+def test_session_id_is_the_keyword_and_session_its_deprecated_name(server):
+    with MindflowClient(server.url, token=TOKEN) as memory:
+        first = {m.memory_ref for m in memory.recall("ada", "reports", k=1, session_id="kw").memories}
+        with pytest.warns(DeprecationWarning, match="pass `session_id`"):
+            second = {m.memory_ref for m in memory.recall("ada", "reports", k=1, session="kw").memories}
+        assert first and not first & second  # the same session: its echo filter held
+        with pytest.raises(TypeError, match="not both"):
+            memory.resonance("ada", "reports", session_id="kw", session="other")
+
+    async def main():
+        async with AsyncMindflowClient(server.url, token=TOKEN) as memory:
+            block = await memory.resonance("ada", "reports", session_id="kw")
+            assert not {i.memory.memory_ref for i in block.items if i.memory} & (first | second)
+
+    asyncio.run(main())
 
 
 def test_4xx_raises_with_status_and_message_and_is_not_retried(server):

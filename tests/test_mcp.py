@@ -23,7 +23,7 @@ from test_journal import write_beings_inbox, write_files
 from test_rag import write_library
 
 from mindflow import journal_index, lance, store
-from mindflow.api import create_app
+from mindflow.api import create_app, models
 from mindflow.api.resonance import HEADER
 from mindflow.api.server import BackgroundServer
 from mindflow.config import Settings
@@ -34,9 +34,28 @@ from mindflow.rag.index import reindex as reindex_ebooks
 TOKEN_ADA = "mcp-token-ada"
 TOKEN_ALL = "mcp-token-all"
 TOOLS = {
-    "recall", "resonance", "search_memory", "recall_memory", "facts", "story", "remember", "forget", "pin",
+    "recall", "resonance", "search_memory", "recall_memory", "facts", "story", "remember", "forget", "restore",
+    "pin",
     "get_context", "journal_memory_search", "journal_memory_get", "search_ebooks", "propose", "proposals",
     "decide", "procedures", "add_procedure",
+}  # fmt: skip
+# The tools whose route takes a body: its request model, and the tool's arguments outside it
+# (`being`, and decide's `proposal_id`, are in the route's path).
+BODIES = {
+    "recall": (models.RecallRequest, {"being"}),
+    "resonance": (models.ResonanceRequest, {"being"}),
+    "search_memory": (models.SearchRequest, {"being"}),
+    "journal_memory_search": (models.JournalSearchRequest, {"being"}),
+    "search_ebooks": (models.EbookSearchRequest, set()),
+    "propose": (models.ProposeRequest, {"being"}),
+    "add_procedure": (models.ProcedureRequest, {"being"}),
+    "forget": (models.ForgetRequest, {"being"}),
+    "decide": (models.DecisionRequest, {"being", "proposal_id"}),
+}
+# Query or path parameters only; and remember, one episode with the few fields an agent gives.
+WITHOUT_BODY = {
+    "recall_memory", "facts", "story", "remember", "restore", "pin", "get_context", "journal_memory_get",
+    "proposals", "procedures",
 }  # fmt: skip
 
 
@@ -107,6 +126,9 @@ async def exercise_every_tool(client: Client, being: dict, remembered: str, forg
             assert "being" in tool.input_schema["properties"], tool.name
     by_name = {t.name: t for t in listed}
     assert by_name["recall"].input_schema["required"] == ["query"]
+    for name in ("recall", "resonance", "remember"):  # one word for the session, as in episodes
+        assert "session_id" in by_name[name].input_schema["properties"], name
+        assert "session" not in by_name[name].input_schema["properties"], name
     assert by_name["forget"].input_schema["properties"]["confirm"]
 
     found = structured(await client.call_tool("recall", {**being, "query": "flaky login test", "k": 3}))
@@ -157,6 +179,13 @@ async def exercise_every_tool(client: Client, being: dict, remembered: str, forg
     assert "step 2 needs `confirm`" in error_text(
         await client.call_tool("forget", {**being, "proposal_id": proposal["proposal_id"]})
     )
+    # A soft forget made here is undone here, as `POST memories/{ref}/restore` does.
+    restored = structured(await client.call_tool("restore", {**being, "ref": target["ref"]}))
+    assert restored == {"being_id": "ada", "ref": target["ref"], "restored": True}
+    again = structured(await client.call_tool("recall", {**being, "query": forget_words, "k": 10}))
+    assert target["ref"] in [m["memory_ref"] for m in again["memories"]]
+    nothing_forgot_it = error_text(await client.call_tool("restore", {**being, "ref": target["ref"]}))
+    assert "404" in nothing_forgot_it and "no forgotten memory" in nothing_forgot_it
 
     # A proposal through the tools is the MCP caller's, not a sub-agent called "agent".
     proposed = structured(
@@ -177,6 +206,32 @@ async def exercise_every_tool(client: Client, being: dict, remembered: str, forg
         await client.call_tool("journal_memory_get", {**being, "path": "MEMORY.md", "start": 5, "end": 6})
     )
     assert read["line_start"] == 5 and "Critical Facts" in read["text"]
+
+    # The arguments HTTP takes, MCP takes: what is in the context window, the horizon, k and now.
+    lena = structured(await client.call_tool("recall", {**being, "query": "Lena", "k": 5}))["memories"]
+    top = lena[0]["memory_ref"]
+    unseen = structured(
+        await client.call_tool("recall", {**being, "query": "Lena", "k": 5, "exclude_refs": [top]})
+    )["memories"]
+    assert len(lena) > 1 and unseen and top not in [m["memory_ref"] for m in unseen]
+    before = {**being, "query": "flaky login test", "until": "2000-01-01"}
+    assert structured(await client.call_tool("recall", before))["memories"] == []
+    assert structured(await client.call_tool("resonance", before))["items"] == []
+    backwards = {**being, "query": "flaky login test", "since": "2026-05-01", "until": "2026-04-01"}
+    assert "422" in error_text(await client.call_tool("recall", backwards))
+    one = structured(
+        await client.call_tool(
+            "resonance", {**being, "query": "how is the login test?", "k": 1, "now": "2026-06-01T12:00:00Z"}
+        )
+    )
+    assert len(one["items"]) == 1 and one["now"] == "2026-06-01T12:00:00Z"
+    taught = {"name": "Ship", "trigger": "a release is due", "steps": ["tag", "push"]}
+    added = structured(
+        await client.call_tool("add_procedure", {**being, **taught, "learned_from": [top], "confidence": 0.9})
+    )
+    recorded = structured(await client.call_tool("proposals", {**being, "status": None, "kind": "procedure"}))
+    payload = next(p for p in recorded["proposals"] if p["proposal_id"] == added["proposal_id"])["payload"]
+    assert payload["learned_from"] == [top] and payload["confidence"] == 0.9
 
     ebooks = structured(
         await client.call_tool("search_ebooks", {"query": "camels crossing the dunes", "k": 2})
@@ -201,6 +256,30 @@ def test_the_readme_names_every_tool():
     named = set(re.findall(r"`([a-z_]+)`", sentence))
     assert sorted(TOOLS - named) == []
     assert sorted(named - TOOLS - {"proposal_id"}) == []  # `proposal_id`: forget's confirming argument
+
+
+def test_each_tool_takes_the_arguments_of_its_http_body(world):
+    """A tool whose route takes a body takes that body's fields, with the same types, bounds,
+    defaults and required ones (the words may differ): a field added to a request model and not
+    to its tool, or the reverse, fails here. A new tool must say whether it has a body."""
+    _, server = world
+
+    async def main():
+        async with http_client(server.url, TOKEN_ADA) as client:
+            return {t.name: t.input_schema for t in (await client.list_tools()).tools}
+
+    listed = asyncio.run(main())
+    assert set(BODIES) | WITHOUT_BODY == set(listed) == TOOLS
+
+    def bare(schema: dict) -> dict:
+        return {k: v for k, v in schema.items() if k not in ("title", "description")}
+
+    for tool, (model, outside) in BODIES.items():
+        body, arguments = model.model_json_schema(), listed[tool]
+        assert sorted(set(arguments["properties"]) - outside) == sorted(body["properties"]), tool
+        for name, schema in body["properties"].items():
+            assert bare(arguments["properties"][name]) == bare(schema), (tool, name)
+        assert sorted(set(arguments.get("required", [])) - outside) == sorted(body.get("required", [])), tool
 
 
 def test_http_lists_and_calls_every_tool(world):

@@ -13,17 +13,19 @@ comes back as an MCP tool error carrying the API's message, never as a crash of 
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack, redirect_stdout
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import httpx
 from fastapi import FastAPI
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import Field
+from pydantic import BaseModel, Field
+from pydantic.fields import FieldInfo
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
@@ -42,7 +44,8 @@ At the start of a conversation call get_context and tell the user about any aler
 answering, recall (or resonance for a ready-to-inject block) what is relevant. Call remember
 when the user asks you to remember something, or for a fact worth keeping. forget works in two
 steps: call it with a query to see what would be forgotten, show the user, then call it again
-with the proposal_id and confirm=true only after the user agrees.
+with the proposal_id and confirm=true only after the user agrees; restore undoes it unless it
+was permanent.
 A sub-agent (a token with the role subagent:<name>) cannot remember directly: it calls propose,
 and the main agent or the user approves, rejects or defers with proposals and decide. Before a
 recurring task, look for a learned procedure with procedures; add_procedure records a new one."""
@@ -54,8 +57,48 @@ Being = Annotated[
         "out when the server was started with --being.",
     ),
 ]
-Query = Annotated[str, Field(min_length=1, description="What to look for, in plain words.")]
 ClientFor = Callable[[Context], AsyncMindflowClient]
+Tool = TypeVar("Tool", bound=Callable[..., Any])
+
+
+def _argument(field: FieldInfo, description: str | None = None) -> Any:
+    """A request model's field as a tool argument: its type, bounds, validators and description
+    (or `description`), without its default (the parameter's) or aliases (MCP takes one name)."""
+    return Annotated[(field.annotation, *field.metadata, Field(description=description or field.description))]
+
+
+def like(model: type[BaseModel], name: str, description: str) -> Any:
+    """The type and bounds of `model`'s field `name`, described for a tool that splits the body."""
+    return _argument(model.model_fields[name], description)
+
+
+def takes(model: type[BaseModel]) -> Callable[[Tool], Tool]:
+    """The tool takes the fields of `model`, the route's request body, as its arguments (into its
+    `**body`), with their types, bounds, defaults and descriptions: the tool and the route cannot
+    drift apart. The tool's own parameters (the context, `being`) stay; required fields come
+    first, then `being`, then the optional ones."""
+
+    def signed(tool: Tool) -> Tool:
+        own = inspect.signature(tool, eval_str=True)
+        kept = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        fields = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=inspect.Parameter.empty if field.is_required() else field.get_default(),
+                annotation=_argument(field),
+            )
+            for name, field in model.model_fields.items()
+        ]
+        required = [f for f in fields if f.default is inspect.Parameter.empty]
+        optional = [f for f in fields if f.default is not inspect.Parameter.empty]
+        context = [p for p in kept if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+        keywords = [p for p in kept if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        # The SDK builds a tool's input schema from inspect.signature, which honours __signature__.
+        tool.__signature__ = own.replace(parameters=[*context, *required, *keywords, *optional])
+        return tool
+
+    return signed
 
 
 class _Tools:
@@ -97,52 +140,27 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
     server = MCPServer(name="mindflow", instructions=INSTRUCTIONS, version="1", log_level="WARNING")
 
     @server.tool()
-    async def recall(
-        ctx: Context,
-        query: Query,
-        being: Being = None,
-        k: Annotated[int, Field(ge=1, le=models.MAX_K, description="How many memories.")] = 5,
-        session: Annotated[
-            str | None, Field(description="The current session id: its own turns are left out.")
-        ] = None,
-        mode: Annotated[
-            Literal["list", "fragments"],
-            Field(description="`list` of memories, or `fragments`: one text block to inject."),
-        ] = "list",
-    ) -> models.RecallResponse:
+    @takes(models.RecallRequest)
+    async def recall(ctx: Context, *, being: Being = None, **body: Any) -> models.RecallResponse:
         """Recall the memories most relevant to a query (meaning and words, decay, recency).
 
         Use it before answering anything that may depend on the past: people, decisions,
         preferences, earlier events. Each memory has a `memory_ref` usable with pin and forget."""
-        return await tools.call(ctx, "recall", tools.being(being), query, k, session=session, mode=mode)
+        return await tools.call(ctx, "recall", tools.being(being), **body)
 
     @server.tool()
-    async def resonance(
-        ctx: Context,
-        query: Annotated[str, Field(min_length=1, description="The user's message.")],
-        being: Being = None,
-        recent: Annotated[
-            list[str] | None, Field(description="The last few messages of the conversation, oldest first.")
-        ] = None,
-        session: Annotated[str | None, Field(description="The current session id.")] = None,
-    ) -> models.ResonanceResponse:
+    @takes(models.ResonanceRequest)
+    async def resonance(ctx: Context, *, being: Being = None, **body: Any) -> models.ResonanceResponse:
         """The [SUBCONSCIOUS RESONANCE] block for a message: up to 5 memories and facts with
         relative times ("a few days ago"), ready to put in front of the model as context."""
-        return await tools.call(ctx, "resonance", tools.being(being), query, recent=recent, session=session)
+        return await tools.call(ctx, "resonance", tools.being(being), **body)
 
     @server.tool()
-    async def search_memory(
-        ctx: Context,
-        query: Annotated[str, Field(min_length=1, description="Keywords.")],
-        being: Being = None,
-        mode: Annotated[
-            Literal["or", "and"], Field(description="Any keyword (`or`) or all of them (`and`).")
-        ] = "or",
-        k: Annotated[int, Field(ge=1, le=models.MAX_K)] = 10,
-    ) -> models.SearchResponse:
+    @takes(models.SearchRequest)
+    async def search_memory(ctx: Context, *, being: Being = None, **body: Any) -> models.SearchResponse:
         """Keyword search over memories (action, feeling, themes, dates), dormant ones included:
         for an exact name, word or date that recall may rank low."""
-        return await tools.call(ctx, "search_memory", tools.being(being), query, mode, k)
+        return await tools.call(ctx, "search_memory", tools.being(being), **body)
 
     @server.tool()
     async def recall_memory(
@@ -202,26 +220,30 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
     async def forget(
         ctx: Context,
         being: Being = None,
-        query: Annotated[
-            str | None, Field(description="Step 1: what to forget, in words (finds the candidates).")
-        ] = None,
-        refs: Annotated[
-            list[str] | None,
-            Field(description="Step 1: these memory refs; step 2: only these candidates (default all)."),
-        ] = None,
-        proposal_id: Annotated[str | None, Field(description="Step 2: the proposal step 1 returned.")] = None,
-        confirm: Annotated[
-            bool | None, Field(description="Step 2: true forgets, false drops the proposal.")
-        ] = None,
-        permanent: Annotated[
-            bool, Field(description="Step 2: delete for good everywhere (cannot be restored).")
-        ] = False,
+        query: like(
+            models.ForgetRequest, "query", "Step 1: what to forget, in words (finds the candidates)."
+        ) = None,
+        refs: like(
+            models.ForgetRequest,
+            "refs",
+            "Step 1: these memory refs; step 2: only these candidates (default all).",
+        ) = None,
+        proposal_id: like(
+            models.ForgetRequest, "proposal_id", "Step 2: the proposal step 1 returned."
+        ) = None,
+        confirm: like(
+            models.ForgetRequest, "confirm", "Step 2: true forgets, false drops the proposal."
+        ) = None,
+        permanent: like(
+            models.ForgetRequest, "permanent", "Step 2: delete for good everywhere (cannot be restored)."
+        ) = False,
     ) -> models.ForgetResponse:
         """Forget, in two steps. 1: call with `query` (and/or `refs`): nothing changes; you get a
         pending proposal with every candidate (memories, facts, MEMORY.md lines, STORY.md chapters).
         Show them to the user. 2: only when the user agrees, call with `proposal_id` and
-        `confirm: true`: they are gone from recall at once. Nothing found: `candidates` is empty,
-        `proposal_id` null, and there is nothing to confirm."""
+        `confirm: true`: they are gone from recall at once (restore brings one back, unless
+        `permanent`). Nothing found: `candidates` is empty, `proposal_id` null, and there is
+        nothing to confirm."""
         being_id = tools.being(being)
         if proposal_id is None:
             if confirm is not None or permanent:
@@ -234,6 +256,18 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         if confirm:
             return await tools.call(ctx, "confirm_forget", being_id, proposal_id, refs, permanent=permanent)
         return await tools.call(ctx, "reject_forget", being_id, proposal_id)
+
+    @server.tool()
+    async def restore(
+        ctx: Context,
+        ref: Annotated[
+            models.Ref, Field(description="The `ref` of a memory or fact a confirmed forget hid.")
+        ],
+        being: Being = None,
+    ) -> models.RestoreResponse:
+        """Undo a forget that was not permanent: the memory (or fact) is recallable again at once.
+        A tool error says 409 once it was deleted for good, 404 when nothing forgot it."""
+        return await tools.call(ctx, "restore", tools.being(being), ref)
 
     @server.tool()
     async def pin(
@@ -264,12 +298,13 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         return await tools.call(ctx, "get_context", tools.being(being), blocks)
 
     @server.tool()
+    @takes(models.JournalSearchRequest)
     async def journal_memory_search(
-        ctx: Context, query: Query, being: Being = None, k: Annotated[int, Field(ge=1, le=models.MAX_K)] = 5
+        ctx: Context, *, being: Being = None, **body: Any
     ) -> models.JournalSearchResponse:
         """Search the being's memory files (MEMORY.md, STORY.md, think.md, diary, daily logs) by
         meaning and words. Each hit names its file and lines: read around it with journal_memory_get."""
-        return await tools.call(ctx, "journal_memory_search", tools.being(being), query, k)
+        return await tools.call(ctx, "journal_memory_search", tools.being(being), **body)
 
     @server.tool()
     async def journal_memory_get(
@@ -289,34 +324,14 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         return await tools.call(ctx, "journal_memory_get", tools.being(being), path, start, end)
 
     @server.tool()
-    async def propose(
-        ctx: Context,
-        content: Annotated[
-            str, Field(min_length=1, description="What to remember, as one self-contained sentence or two.")
-        ],
-        reason: Annotated[
-            str, Field(min_length=1, max_length=2_000, description="Why it is worth remembering.")
-        ],
-        being: Being = None,
-        type: Annotated[
-            models.MemoryType, Field(description="What kind of memory: fact, preference, decision, task, ...")
-        ] = "fact",
-        confidence: Annotated[float, Field(ge=0, le=1, description="How sure you are, 0..1.")] = 0.7,
-        entity: Annotated[
-            str | None, Field(description="The fact it states: who or what (with key and value).")
-        ] = None,
-        key: Annotated[str | None, Field(description="The fact's attribute, e.g. 'lives_in'.")] = None,
-        value: Annotated[str | None, Field(description="The fact's value, e.g. 'Berlin'.")] = None,
-    ) -> models.ProposalOut:
+    @takes(models.ProposeRequest)
+    async def propose(ctx: Context, *, being: Being = None, **body: Any) -> models.ProposalOut:
         """Propose a memory for review, as a sub-agent does instead of remembering directly. Give
         `entity`, `key` and `value` when it states a fact: if another value is pending or already
         known for them, the answer has `conflict: true` with both sides in `evidence`, and the
         main agent or the user decides. The answer's `status` is `approved` when the server commits
         proposals without conflict automatically, else `pending`."""
-        return await tools.call(
-            ctx, "propose", tools.being(being), content, reason, type=type, confidence=confidence,
-            entity=entity, key=key, value=value,
-        )  # fmt: skip
+        return await tools.call(ctx, "propose", tools.being(being), **body)
 
     @server.tool()
     async def proposals(
@@ -340,19 +355,22 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
     async def decide(
         ctx: Context,
         proposal_id: Annotated[str, Field(min_length=1, description="The proposal's `proposal_id`.")],
-        decision: Annotated[
-            Literal["approve", "reject", "defer"],
-            Field(description="approve commits it, reject drops it, defer keeps it for later."),
-        ],
+        decision: like(
+            models.DecisionRequest,
+            "decision",
+            "approve commits it, reject drops it, defer keeps it for later.",
+        ),
         being: Being = None,
-        text: Annotated[
-            str | None,
-            Field(description="With approve: a corrected text (a memory's content, a procedure's steps)."),
-        ] = None,
-        target: Annotated[
-            str | None,
-            Field(description="With approve: another target (a merge's survivor, the fact value to keep)."),
-        ] = None,
+        text: like(
+            models.DecisionRequest,
+            "text",
+            "With approve: a corrected text (a memory's content, a procedure's steps).",
+        ) = None,
+        target: like(
+            models.DecisionRequest,
+            "target",
+            "With approve: another target (a merge's survivor, the fact value to keep).",
+        ) = None,
     ) -> models.ProposalOut:
         """Approve, reject or defer one pending proposal, as the user decided. Approve only what the
         user agreed to, above all a proposal with `conflict: true`. Approved changes are applied by
@@ -376,32 +394,18 @@ def build_server(client_for: ClientFor, fixed_being: str | None = None) -> MCPSe
         return await tools.call(ctx, "procedures", tools.being(being), query, k)
 
     @server.tool()
-    async def add_procedure(
-        ctx: Context,
-        name: Annotated[
-            str, Field(min_length=1, max_length=200, description="Its name, e.g. 'Release the app'.")
-        ],
-        trigger: Annotated[
-            str,
-            Field(min_length=1, max_length=1_000, description="When it applies, e.g. 'a release is due'."),
-        ],
-        steps: Annotated[
-            list[str], Field(min_length=1, max_length=50, description="What to do, in order, one step each.")
-        ],
-        being: Being = None,
-        notes: Annotated[str | None, Field(description="Anything else worth knowing.")] = None,
-    ) -> models.ProcedureAccepted:
+    @takes(models.ProcedureRequest)
+    async def add_procedure(ctx: Context, *, being: Being = None, **body: Any) -> models.ProcedureAccepted:
         """Record how to do something the user taught or you worked out, as a procedure. The same
         name adds a new version (the old one is kept in the history). It is searchable with
         procedures after the next approvals run; a sub-agent's waits for approval."""
-        return await tools.call(ctx, "add_procedure", tools.being(being), name, trigger, steps, notes=notes)
+        return await tools.call(ctx, "add_procedure", tools.being(being), **body)
 
     @server.tool()
-    async def search_ebooks(
-        ctx: Context, query: Query, k: Annotated[int, Field(ge=1, le=models.MAX_EBOOK_K)] = 5
-    ) -> models.EbookSearchResponse:
+    @takes(models.EbookSearchRequest)
+    async def search_ebooks(ctx: Context, **body: Any) -> models.EbookSearchResponse:
         """Passages of the indexed ebooks (shared by all beings), with title, chapter and score."""
-        return await tools.call(ctx, "search_ebooks", query, k)
+        return await tools.call(ctx, "search_ebooks", **body)
 
     return server
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -149,25 +150,30 @@ class MemoryOut(BaseModel):
     parts: dict[str, float] = Field(default={}, description="The factors of `score`.")
 
 
+# `session` was the name of `session_id` in recall and resonance; still accepted there, deprecated.
+_SESSION_ALIASES = AliasChoices("session_id", "session")
+
+
+_EXCLUDE = "Memory refs already in the agent's context window: left out."
+_SINCE = "Only memories from this moment on (ISO 8601; UTC unless an offset)."
+_UNTIL = "Only memories up to this moment (ISO 8601; UTC unless an offset; a date alone: through its end)."
+
+
 class RecallRequest(_Horizon):
+    """A recall. `session`, the old name of `session_id`, is still accepted (deprecated)."""
+
     query: str = Field(min_length=1, description="What to remember; plain words work best.")
-    k: Count = Field(default=5, ge=1, le=MAX_K)
-    exclude_refs: list[Ref] = Field(
-        default=[], max_length=5_000, description="Memories already in the agent's context window."
-    )
-    since: UtcDatetime | None = Field(
-        default=None, description="Only memories from this moment on (ISO 8601; UTC unless an offset)."
-    )
-    until: UtcUntil | None = Field(
-        default=None,
-        description="Only memories up to this moment (ISO 8601; UTC unless an offset; a date alone: "
-        "through its end).",
-    )
-    session: str | None = Field(
+    k: Count = Field(default=5, ge=1, le=MAX_K, description="How many memories.")
+    exclude_refs: list[Ref] = Field(default=[], max_length=5_000, description=_EXCLUDE)
+    since: UtcDatetime | None = Field(default=None, description=_SINCE)
+    until: UtcUntil | None = Field(default=None, description=_UNTIL)
+    session_id: str | None = Field(
         default=None,
         min_length=1,
         max_length=200,
-        description="Echo filter: memories shown to this session in its last 25 recalls are left out.",
+        validation_alias=_SESSION_ALIASES,
+        description="The current session, as episodes name it (the echo filter): memories shown to "
+        "this session in its last 25 recalls or resonances are left out.",
     )
     mode: Literal["list", "fragments"] = Field(
         default="list",
@@ -184,12 +190,21 @@ class RecallResponse(BaseModel):
 
 
 class ResonanceRequest(_Horizon):
-    query: str = Field(min_length=1)
-    k: Count = Field(default=MAX_RESONANCE, ge=1, le=MAX_RESONANCE)
-    exclude_refs: list[Ref] = Field(default=[], max_length=5_000)
-    since: UtcDatetime | None = None
-    until: UtcUntil | None = None
-    session: str | None = Field(default=None, min_length=1, max_length=200)
+    """A resonance. `session`, the old name of `session_id`, is still accepted (deprecated)."""
+
+    query: str = Field(min_length=1, description="The user's message.")
+    k: Count = Field(default=MAX_RESONANCE, ge=1, le=MAX_RESONANCE, description="How many items, at most 5.")
+    exclude_refs: list[Ref] = Field(default=[], max_length=5_000, description=_EXCLUDE)
+    since: UtcDatetime | None = Field(default=None, description=_SINCE)
+    until: UtcUntil | None = Field(default=None, description=_UNTIL)
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        validation_alias=_SESSION_ALIASES,
+        description="The current session, as episodes name it (the echo filter): memories and facts "
+        "shown to this session in its last 25 recalls or resonances are left out.",
+    )
     now: UtcDatetime | None = Field(
         default=None, description="The moment relative times are computed against (default: now)."
     )
@@ -247,8 +262,8 @@ class ResonanceResponse(BaseModel):
 
 class SearchRequest(_Request):
     query: str = Field(min_length=1, description="Keywords, searched in action, feeling, themes and when.")
-    mode: Literal["or", "and"] = "or"
-    k: Count = Field(default=10, ge=1, le=MAX_K)
+    mode: Literal["or", "and"] = Field(default="or", description="Any keyword (`or`) or all of them (`and`).")
+    k: Count = Field(default=10, ge=1, le=MAX_K, description="How many memories.")
 
 
 class SearchResponse(BaseModel):
@@ -535,7 +550,7 @@ class EbookSearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(min_length=1, description="What to look for in the ebooks; plain words work best.")
-    k: Count = Field(default=5, ge=1, le=MAX_EBOOK_K)
+    k: Count = Field(default=5, ge=1, le=MAX_EBOOK_K, description="How many passages.")
 
 
 class EbookHitOut(BaseModel):
@@ -597,7 +612,7 @@ class ContextResponse(BaseModel):
 
 class JournalSearchRequest(_Request):
     query: str = Field(min_length=1, description="What to look for in the being's memory files.")
-    k: Count = Field(default=5, ge=1, le=MAX_K)
+    k: Count = Field(default=5, ge=1, le=MAX_K, description="How many chunks.")
 
 
 class JournalHitOut(BaseModel):
@@ -709,16 +724,22 @@ class DecisionsResponse(BaseModel):
 class ProcedureRequest(_Request):
     """A procedure: how the being does something, when it applies, its steps."""
 
-    name: Line = Field(min_length=1, max_length=200, description="Its name; the same name adds a version.")
-    trigger: Line = Field(min_length=1, max_length=1_000, description="When it applies.")
-    steps: list[Annotated[Line, Field(min_length=1, max_length=2_000)]] = Field(
-        min_length=1, max_length=50, description="What to do, in order."
+    name: Line = Field(
+        min_length=1,
+        max_length=200,
+        description="Its name, e.g. 'Release the app'; the same name adds a version.",
     )
-    notes: Line | None = Field(default=None, max_length=4_000)
+    trigger: Line = Field(
+        min_length=1, max_length=1_000, description="When it applies, e.g. 'a release is due'."
+    )
+    steps: list[Annotated[Line, Field(min_length=1, max_length=2_000)]] = Field(
+        min_length=1, max_length=50, description="What to do, in order, one step each."
+    )
+    notes: Line | None = Field(default=None, max_length=4_000, description="Anything else worth knowing.")
     learned_from: list[Annotated[Line, Field(min_length=1, max_length=200)]] = Field(
         default=[], max_length=100, description="Episode or memory ids it was learned from."
     )
-    confidence: float = Field(default=0.7, ge=0, le=1)
+    confidence: float = Field(default=0.7, ge=0, le=1, description="How sure, 0..1.")
 
 
 class ProcedureAccepted(BaseModel):

@@ -270,7 +270,7 @@ class RecallService:
         query = self.check_query(request.query)
         marks = self.marks.state(being_id)
         # Forgotten refs are excluded in the query, so k is still filled with what may be shown.
-        shown = self.echo.shown(being_id, request.session)
+        shown = self.echo.shown(being_id, request.session_id)
         exclude = list(dict.fromkeys([*request.exclude_refs, *shown, *marks.forgotten]))
         table, version = self.latest.get()
         index = self.hot.get(table, being_id, version)
@@ -376,7 +376,7 @@ class RecallService:
 
     def recall(self, being_id: str, request: models.RecallRequest) -> models.RecallResponse:
         memories = self._recall(being_id, request, request.k, utcnow())
-        self.echo.record(being_id, request.session, [m.memory_ref for m in memories])
+        self.echo.record(being_id, request.session_id, [m.memory_ref for m in memories])
         self._reinforce(being_id, "recall", memories)
         if request.mode == "fragments":
             # The blur is the point (seed 002): the pieces alone, shuffled, in one tag, and no
@@ -413,11 +413,11 @@ class RecallService:
         depth = min(models.MAX_K, 3 * request.k)
         found = [self._recall(being_id, scoped.model_copy(update={"query": q}), depth, now) for q in queries]
         candidates = resonance.fuse(found)
-        facts = self.named_facts(being_id, request.query, request.session, until, names)
+        facts = self.named_facts(being_id, request.query, request.session_id, until, names)
         chosen = resonance.arrange(candidates, request.k, facts)
         memories = [m for m in chosen if not isinstance(m, resonance.GraphFact)]
         shown_facts = [f for f in chosen if isinstance(f, resonance.GraphFact)]
-        self.echo.record(being_id, request.session, [_item_ref(i) for i in chosen])
+        self.echo.record(being_id, request.session_id, [_item_ref(i) for i in chosen])
         self._reinforce(being_id, "resonance", memories)
         self.record_fact_access(being_id, [f.fact_id for f in shown_facts])
         items, lines = [], []
