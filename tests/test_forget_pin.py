@@ -168,6 +168,38 @@ def test_forget_offers_memories_holding_the_words_whole_not_inside_other_words(w
     assert texts == ["My bank PIN is 2468.", "The bank sent two new PINs for the cards."]
 
 
+def test_a_forget_of_two_words_weighs_the_rare_one_and_a_common_one_alone_offers_nothing(world, embedder):
+    """Half of "passport number" is "number": counted plainly, every memory with "numbers" was
+    offered, and a confirm of all candidates forgot them with the passport."""
+    settings, _, (one, _) = world
+    lou = [
+        ("l01", "2026-02-20T10:00:00Z", "My passport number is X1234567.", "fact"),
+        ("l02", "2026-02-20T11:00:00Z", "The same-day numbers came in above target.", "event"),
+        ("l03", "2026-02-21T09:00:00Z", "Today's numbers look fine for the team.", "event"),
+        ("l04", "2026-02-21T10:00:00Z", "Write down the line number and the reason.", "task"),
+        ("l05", "2026-02-22T10:00:00Z", "Lou learnt the cello at the music school.", "event"),
+    ]
+    _write(settings, "lou", lou)
+    with store.connect(settings.duckdb_path) as con:
+        ingest(con, settings.inbox, date(2026, 1, 1), date(2026, 12, 31))
+        run_patrol(con, "lou", embedder, now=NOW)
+    _publish(settings)
+
+    def offered(query: str) -> list[str]:
+        found = one.post("/v1/beings/lou/forget", json={"query": query})
+        assert found.status_code == 200, found.text
+        return sorted(c["text"] for c in found.json()["candidates"] if c["store"] == "memory")
+
+    assert offered("passport number") == ["My passport number is X1234567."]
+    # A word no memory holds weighs nothing: the other one says which memory is meant.
+    assert offered("the cello plan") == ["Lou learnt the cello at the music school."]
+    # Two words as rare as each other still count half each.
+    assert offered("passport cello") == [
+        "Lou learnt the cello at the music school.",
+        "My passport number is X1234567.",
+    ]
+
+
 def test_a_run_that_started_before_the_forget_does_not_bring_it_back(world):
     settings, refs, (one, two) = world
     surgery = refs["a01"]
