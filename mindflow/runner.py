@@ -250,7 +250,13 @@ def local_instance():
         return _INSTANCE[0][1]
     while _INSTANCE:
         _INSTANCE.pop()[1].dispose()
-    instance = dg.DagsterInstance.get()
+    from filelock import FileLock
+
+    # Two runs started at once on a new home both created the instance's SQLite tables, and one
+    # ended in a traceback ("table runs already exists"): the first to open it creates them, the
+    # other waits for that. The lock dies with its process, so a kill leaves nothing held.
+    with FileLock(str(Path(home) / "instance.lock")):
+        instance = dg.DagsterInstance.get()
     _INSTANCE.append((key, instance))
     return instance
 

@@ -217,6 +217,17 @@ def test_a_run_with_nothing_to_do_says_why(tmp_path):
     assert said["patrol"][0] == "patrol: nothing to do (no being has ingested episodes yet)\n"
 
 
+def test_runs_started_at_once_on_a_new_home_all_open_its_instance(tmp_path):
+    """Each run creates the Dagster instance's tables if they are missing: started together on a
+    new home, one ended in a traceback ("table runs already exists")."""
+    for round_ in range(2):
+        home = tmp_path / f"home-{round_}"
+        procs = [start(home, "run", "patrol") for _ in range(3)]
+        said = [proc.communicate(timeout=240) for proc in procs]
+        assert [proc.returncode for proc in procs] == [0, 0, 0], said
+        assert all(out == "patrol: nothing to do (no being has ingested episodes yet)\n" for out, _ in said)
+
+
 def test_landing_a_file_already_pending_says_so(tmp_path):
     home = tmp_path / "home"
     source = SAMPLES / "bram" / "2026-10-20.md"
