@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 try:
     import fcntl
@@ -83,3 +88,31 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class ParsedFiles(Generic[T]):
+    """A file per key (a being's marks, its deleted texts), parsed again only when it changes.
+
+    One `stat` per read: a line any process appends is read by the next request of every
+    process. `parse(data, path, key)`; `missing` stands for a file never written."""
+
+    def __init__(self, path_of: Callable[[str], Path], parse: Callable[[bytes, Path, str], T], missing: T):
+        self._path_of, self._parse, self._missing = path_of, parse, missing
+        self._parsed: dict[str, tuple[tuple[int, int], T]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> T:
+        path = self._path_of(key)
+        try:
+            stat = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return self._missing
+        changed = (stat.st_size, stat.st_mtime_ns)
+        with self._lock:
+            cached = self._parsed.get(key)
+            if cached is not None and cached[0] == changed:
+                return cached[1]
+        parsed = self._parse(path.read_bytes(), path, key)
+        with self._lock:
+            self._parsed[key] = (changed, parsed)
+        return parsed

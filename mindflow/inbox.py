@@ -85,11 +85,12 @@ class Deleted:
     episode_ids: frozenset[str] = frozenset()
     text_sha256: frozenset[str] = frozenset()
 
-    def refuses(self, episode: Episode) -> bool:
-        """The episode was deleted for good: by its id, or its very text under another id."""
+    def refuses(self, episode: Episode, sha256: str | None = None) -> bool:
+        """The episode was deleted for good: by its id, or its very text under another id
+        (`sha256`: its text's, when the caller holds it already)."""
         if episode.episode_id in self.episode_ids:
             return True
-        return bool(self.text_sha256) and text_sha256(episode.text) in self.text_sha256
+        return bool(self.text_sha256) and (sha256 or text_sha256(episode.text)) in self.text_sha256
 
     def quotes(self, raw: str) -> bool:
         """A line that is no episode (it would be quarantined) holds a deleted episode: its id, or

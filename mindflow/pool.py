@@ -204,14 +204,13 @@ def _storage_read(function):
 
 
 def _dead_runs(instance) -> list[tuple[object, int]]:
-    """(run, pid) of each unfinished run whose process, checkable from here, is gone."""
+    """(run record, pid) of each unfinished run whose process, checkable from here, is gone."""
     dead = []
     for record in _in_progress(instance):
-        run = record.dagster_run
-        pid, start, checkable = _process_of(instance, run)
+        pid, start, checkable = _process_of(instance, record.dagster_run)
         # A launched run whose worker has not named its pid yet is still starting.
         if checkable and pid is not None and not process_alive(pid, start):
-            dead.append((run, pid))
+            dead.append((record, pid))
     return dead
 
 
@@ -220,9 +219,9 @@ def dead_runs(instance) -> list[Holder]:
     """The unfinished runs whose process is gone, as `reap_stale_runs` judges them, without marking
     them: what `mindflow status` shows (it writes nothing)."""
     found = []
-    for run, pid in _dead_runs(instance):
-        record = instance.get_run_record_by_id(run.run_id)
-        started = datetime.fromtimestamp(record.start_time, UTC) if record and record.start_time else None
+    for record, pid in _dead_runs(instance):
+        run = record.dagster_run
+        started = datetime.fromtimestamp(record.start_time, UTC) if record.start_time else None
         found.append(Holder(run.run_id, run.job_name, run.status.value, pid, started))
     return found
 
@@ -238,7 +237,8 @@ def reap_stale_runs(instance, log: Callable[[str], None] | None = None) -> ReapR
     import dagster as dg
 
     report = ReapReport()
-    for run, pid in _dead_runs(instance):
+    for record, pid in _dead_runs(instance):
+        run = record.dagster_run
         message = (
             f"The process of this run (pid {pid}) is gone (killed, or its machine restarted): "
             "mindflow marked the run failed and freed its pool slots so later runs can start."

@@ -281,7 +281,7 @@ class RecallService:
         deleted = self.deleted(being_id)
         keep = [
             not marks.hides(f.ref, f.episode_ids)
-            and not deleted.refuses(f.episode)
+            and not deleted.refuses(f.episode, f.text_sha256)
             and f.ref not in excluded
             and _within(f.episode.ts, request.since, request.until)
             for f in view.memories
@@ -332,7 +332,7 @@ class RecallService:
         return [
             f
             for f in self.tail.memories(being_id, table, version)
-            if not gone(f.ref, f.episode_ids) and not deleted.refuses(f.episode)
+            if not gone(f.ref, f.episode_ids) and not deleted.refuses(f.episode, f.text_sha256)
         ]
 
     def deleted(self, being_id: str) -> Deleted:

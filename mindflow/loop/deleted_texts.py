@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from mindflow.files import append_locked
+from mindflow.files import ParsedFiles, append_locked
 from mindflow.inbox import Deleted, validate_being_id
 
 log = logging.getLogger(__name__)
@@ -74,24 +72,14 @@ class DeletedCache:
 
     def __init__(self, loop_dir: Path):
         self.loop_dir = loop_dir
-        self._hashes: dict[str, tuple[tuple[int, int], frozenset[str]]] = {}
-        self._lock = threading.Lock()
+        self._files = ParsedFiles(
+            lambda being_id: deleted_path(loop_dir, being_id),
+            lambda data, path, _: _parse(data, path),
+            frozenset(),
+        )
 
     def hashes(self, being_id: str) -> frozenset[str]:
-        path = deleted_path(self.loop_dir, being_id)
-        try:
-            stat = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return frozenset()
-        key = (stat.st_size, stat.st_mtime_ns)
-        with self._lock:
-            cached = self._hashes.get(being_id)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-        hashes = _parse(path.read_bytes(), path)
-        with self._lock:
-            self._hashes[being_id] = (key, hashes)
-        return hashes
+        return self._files.get(being_id)
 
     def deleted(self, being_id: str, episode_ids: frozenset[str]) -> Deleted:
         """What POST episodes and the fresh tail refuse: the deleted episode ids (the marks) and texts."""

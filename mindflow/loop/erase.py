@@ -173,10 +173,7 @@ class Plan:
         return Matcher(self.texts)
 
     def text_hashes(self) -> list[str]:
-        return sorted({sha256(t) for t in self.texts if t})
-
-
-sha256 = text_sha256  # one hash of a text for the audit rows, deleted.jsonl and ingestion
+        return sorted({text_sha256(t) for t in self.texts if t})
 
 
 # --------------------------------------------------------------------------- what waits
@@ -328,7 +325,7 @@ def make_plan(con: duckdb.DuckDBPyConnection, being_id: str, proposals: list[Pro
     texts: list[str] = []
     cache_keys: set[str] = set()
     for _node, _scene, when, action, feeling, *_rest in nodes:
-        cache_keys.add(sha256(node_text(list(when or []), action, feeling)))
+        cache_keys.add(text_sha256(node_text(list(when or []), action, feeling)))
         texts.append(action or "")
     p["nodes"] = [n[0] for n in nodes]
     p["scenes"] = [n[1] for n in nodes if n[1]]
@@ -339,7 +336,7 @@ def make_plan(con: duckdb.DuckDBPyConnection, being_id: str, proposals: list[Pro
     ).fetchall()
     for _id, _ts, text in episodes:
         texts.append(text)
-        cache_keys.add(sha256(text))
+        cache_keys.add(text_sha256(text))
     scenes = con.execute(
         """SELECT scene_id, action FROM scene_notes
            WHERE being_id = $being
@@ -1091,7 +1088,7 @@ def rewrite_duckdb(settings: Settings) -> tuple[int, int, float]:
 def _hashed(text: str | None) -> str | None:
     if not text or text.startswith(HASHED):
         return text
-    return HASHED + sha256(text)
+    return HASHED + text_sha256(text)
 
 
 def _scrubbed(value, picks: Callable[[str], bool]):
@@ -1121,7 +1118,7 @@ class _Erased:
         """The text is a deleted one, or derived from one (shares a run of words with it)."""
         if not text or text.startswith(HASHED):
             return False
-        return sha256(text) in self.hashes or self.matcher.holds(text)
+        return text_sha256(text) in self.hashes or self.matcher.holds(text)
 
     def asked_for(self, query: str) -> bool:
         """A forget's query is words of a deleted text ("tangerinewolf", "bank PIN hint"):

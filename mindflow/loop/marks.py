@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -24,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mindflow.errors import MindflowError
-from mindflow.files import append_locked, atomic_write
+from mindflow.files import ParsedFiles, append_locked, atomic_write
 from mindflow.inbox import validate_being_id
 from mindflow.models import utcnow
 
@@ -279,24 +277,14 @@ class MarkCache:
 
     def __init__(self, loop_dir: Path):
         self.loop_dir = loop_dir
-        self._states: dict[str, tuple[tuple[int, int], MarkState]] = {}
-        self._lock = threading.Lock()
+        self._files = ParsedFiles(
+            lambda being_id: marks_path(loop_dir, being_id),
+            lambda data, path, being_id: state_of(_parse(data, path, being_id)),
+            MarkState(),
+        )
 
     def state(self, being_id: str) -> MarkState:
-        path = marks_path(self.loop_dir, being_id)
-        try:
-            stat = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):  # no mark was ever written there
-            return MarkState()
-        key = (stat.st_size, stat.st_mtime_ns)
-        with self._lock:
-            cached = self._states.get(being_id)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-        state = state_of(_parse(path.read_bytes(), path, being_id))
-        with self._lock:
-            self._states[being_id] = (key, state)
-        return state
+        return self._files.get(being_id)
 
 
 def visible(state: MarkState, memories: Sequence) -> list:

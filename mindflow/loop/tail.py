@@ -22,6 +22,7 @@ reads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -38,7 +39,7 @@ import pyarrow as pa
 from mindflow import lance
 from mindflow.config import Settings
 from mindflow.errors import MindflowError
-from mindflow.inbox import DONE, validate_being_id
+from mindflow.inbox import DONE, text_sha256, validate_being_id
 from mindflow.ingest import detect_format, parse_bytes
 from mindflow.loop.refs import episode_memory_ref
 from mindflow.models import Episode, utcnow
@@ -67,6 +68,11 @@ class FreshMemory:
     @property
     def episode_ids(self) -> tuple[str, ...]:
         return (self.episode.episode_id,)
+
+    @functools.cached_property
+    def text_sha256(self) -> str:
+        """Once per fresh memory, not per recall: every recall checks it against deleted texts."""
+        return text_sha256(self.episode.text)
 
     def memory(self) -> Memory:
         e = self.episode
